@@ -1,0 +1,1 @@
+"""Custom TFX components of the fra-eng translation pipeline."""

@@ -1,0 +1,56 @@
+"""ExampleValidator that stops the pipeline when it finds anomalies.
+
+TFX's ExampleValidator only records anomalies; downstream components would still train on
+broken data. This one fails its execution with a message naming each split, feature and
+problem, so nothing after it (Transform, Trainer, Pusher) runs on bad data.
+"""
+from __future__ import annotations
+
+import os
+
+from tensorflow_metadata.proto.v0 import anomalies_pb2
+from tfx.components import ExampleValidator
+from tfx.components.example_validator import executor as tfx_executor
+from tfx.dsl.components.base import executor_spec
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import io_utils
+
+
+class DataValidationError(RuntimeError):
+    """The examples do not match the curated schema."""
+
+
+def describe_anomalies(split: str, anomalies: anomalies_pb2.Anomalies) -> list[str]:
+    """One line per broken feature: which split, which feature, and how it broke."""
+    lines = [f"split '{split}', feature '{feature}': {info.short_description} -- "
+             f"{info.description}"
+             for feature, info in sorted(anomalies.anomaly_info.items())]
+    if anomalies.HasField("dataset_anomaly_info"):
+        info = anomalies.dataset_anomaly_info
+        lines.append(f"split '{split}', whole dataset: {info.short_description} -- "
+                     f"{info.description}")
+    return lines
+
+
+class _Executor(tfx_executor.Executor):
+    def Do(self, input_dict, output_dict, exec_properties):
+        result = super().Do(input_dict, output_dict, exec_properties)
+        artifact = artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.ANOMALIES_KEY])
+        problems = []
+        for split in artifact_utils.decode_split_names(artifact.split_names):
+            path = os.path.join(artifact_utils.get_split_uri([artifact], split),
+                                tfx_executor.DEFAULT_FILE_NAME)
+            anomalies = anomalies_pb2.Anomalies.FromString(io_utils.read_bytes_file(path))
+            problems += describe_anomalies(split, anomalies)
+        if problems:
+            raise DataValidationError(
+                "Data validation failed, the pipeline stops before Transform: "
+                + "; ".join(problems) + f". Anomalies are in {artifact.uri}.")
+        return result
+
+
+class StrictExampleValidator(ExampleValidator):
+    """ExampleValidator whose execution fails on any anomaly (see module docstring)."""
+
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(_Executor)

@@ -1,0 +1,1 @@
+"""Pipeline assembly, configuration and runners for the fra-eng translator."""

@@ -1,0 +1,74 @@
+"""`nmt`: the one command-line entry point (run the pipeline, ...)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pipeline import config as config_lib
+from pipeline import data_source
+
+
+def _split_percentages(text: str) -> tuple[int, int, int]:
+    try:
+        parts = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected e.g. 80,10,10, got {text!r}")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"expected three numbers (train,eval,test), got {text!r}")
+    return parts
+
+
+def _add_run_parser(subparsers) -> None:
+    run = subparsers.add_parser("run", help="run the pipeline locally (LocalDagRunner)")
+    run.add_argument("--data", help="path of fra.txt (default: $FRA_TXT, else download)")
+    run.add_argument("--pipeline-root", default=None,
+                     help="where artifacts and metadata.sqlite go "
+                          "(default: $NMT_PIPELINE_ROOT or ./nmt_runs)")
+    run.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME)
+    run.add_argument("--split", type=_split_percentages, default=(80, 10, 10),
+                     help="train,eval,test percentages (default 80,10,10)")
+    run.add_argument("--max-line-bytes", type=int, default=config_lib.parser.DEFAULT_MAX_LINE_BYTES,
+                     help="longer input lines are rejected and counted")
+    run.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
+                     help="Beam pipeline argument, repeatable (default: "
+                          + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
+    run.add_argument("--no-cache", action="store_true", help="re-execute every component")
+    run.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipeline import local_runner  # heavy (TFX, TF): only when needed
+
+    data_path = data_source.resolve_data_path(args.data)
+    kwargs = {}
+    if args.pipeline_root:
+        kwargs["pipeline_root"] = args.pipeline_root
+    config = config_lib.PipelineConfig(
+        data_path=data_path, pipeline_name=args.pipeline_name,
+        split_percentages=args.split, max_line_bytes=args.max_line_bytes,
+        beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
+        enable_cache=not args.no_cache, **kwargs)
+    local_runner.run(config)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nmt", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_run_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
+    try:
+        return args.handler(args)
+    except data_source.DataSourceError as err:
+        print(f"nmt: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""One configuration object for a pipeline run; the CLI builds it from flags."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from components.fra_example_gen import parser
+from schemas import SCHEMA_FILE
+
+PIPELINE_NAME = "nmt-fra-eng"
+PIPELINE_ROOT_ENV = "NMT_PIPELINE_ROOT"
+# In-process Beam is the fastest on a small machine; pass --beam-arg to go elsewhere
+# (e.g. --runner=DataflowRunner, FlinkRunner, SparkRunner, --direct_num_workers=0).
+DEFAULT_BEAM_ARGS = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+
+
+def default_pipeline_root() -> str:
+    """Under the user's working directory (or $NMT_PIPELINE_ROOT), never inside the package."""
+    return os.environ.get(PIPELINE_ROOT_ENV) or os.path.join(os.getcwd(), "nmt_runs")
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    data_path: str
+    pipeline_name: str = PIPELINE_NAME
+    pipeline_root: str = dataclasses.field(default_factory=default_pipeline_root)
+    schema_file: str = SCHEMA_FILE
+    split_percentages: tuple[int, int, int] = (80, 10, 10)
+    max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
+    beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
+    enable_cache: bool = True
+
+    @property
+    def data_root(self) -> str:
+        """ExampleGen reads a directory plus a file pattern."""
+        return os.path.dirname(self.data_path)
+
+    @property
+    def data_file_pattern(self) -> str:
+        return os.path.basename(self.data_path)
+
+    @property
+    def metadata_path(self) -> str:
+        return os.path.join(self.pipeline_root, "metadata.sqlite")

@@ -1,0 +1,40 @@
+"""The pipeline, wired as in the diagram; runners (local, Kubeflow) only supply settings."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ml_metadata.proto import metadata_store_pb2
+from tfx import v1 as tfx
+
+from components.fra_example_gen import FraTxtExampleGen
+from components.strict_example_validator import StrictExampleValidator
+
+
+def create_pipeline(
+    pipeline_name: str,
+    pipeline_root: str,
+    data_root: str,
+    data_file_pattern: str,
+    schema_file: str,
+    split_percentages: Sequence[int],
+    max_line_bytes: int,
+    beam_pipeline_args: Sequence[str],
+    enable_cache: bool = True,
+    metadata_connection_config: metadata_store_pb2.ConnectionConfig | None = None,
+) -> tfx.dsl.Pipeline:
+    """fra.txt -> ExampleGen -> StatisticsGen -> schema -> ExampleValidator."""
+    example_gen = FraTxtExampleGen(input_base=data_root, file_pattern=data_file_pattern,
+                                   split_percentages=split_percentages,
+                                   max_line_bytes=max_line_bytes)
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
+    example_validator = StrictExampleValidator(statistics=statistics_gen.outputs["statistics"],
+                                               schema=schema_gen.outputs["schema"])
+    return tfx.dsl.Pipeline(
+        pipeline_name=pipeline_name,
+        pipeline_root=pipeline_root,
+        components=[example_gen, statistics_gen, schema_gen, example_validator],
+        enable_cache=enable_cache,
+        metadata_connection_config=metadata_connection_config,
+        beam_pipeline_args=list(beam_pipeline_args),
+    )

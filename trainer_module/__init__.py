@@ -1,0 +1,1 @@
+"""Model code run by the TFX Trainer: Transformer, input pipeline, decoding, export."""
