@@ -22,14 +22,11 @@ class DataValidationError(RuntimeError):
 
 def describe_anomalies(split: str, anomalies: anomalies_pb2.Anomalies) -> list[str]:
     """One line per broken feature: which split, which feature, and how it broke."""
-    lines = [f"split '{split}', feature '{feature}': {info.short_description} -- "
-             f"{info.description}"
-             for feature, info in sorted(anomalies.anomaly_info.items())]
+    found = sorted(anomalies.anomaly_info.items())
     if anomalies.HasField("dataset_anomaly_info"):
-        info = anomalies.dataset_anomaly_info
-        lines.append(f"split '{split}', whole dataset: {info.short_description} -- "
-                     f"{info.description}")
-    return lines
+        found.append(("(whole split)", anomalies.dataset_anomaly_info))
+    return [f"split '{split}', feature '{feature}': {info.short_description} "
+            f"({info.description.rstrip('.')})" for feature, info in found]
 
 
 class _Executor(tfx_executor.Executor):

@@ -1,12 +1,16 @@
 """`nmt`: the one command-line entry point (run the pipeline, ...)."""
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads: hide CUDA-probe noise
+
 import argparse
-import logging
 import sys
 
 from pipeline import config as config_lib
-from pipeline import data_source
+from components.strict_example_validator import DataValidationError
+from pipeline import data_source, logs
 
 
 def _split_percentages(text: str) -> tuple[int, int, int]:
@@ -55,6 +59,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nmt", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show all library logs")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(subparsers)
     return parser
@@ -62,12 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
+    logs.configure(args.verbose)
     try:
         return args.handler(args)
     except data_source.DataSourceError as err:
         print(f"nmt: error: {err}", file=sys.stderr)
         return 2
+    except DataValidationError as err:
+        print(f"nmt: error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

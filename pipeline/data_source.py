@@ -9,6 +9,8 @@ import urllib.error
 import urllib.request
 import zipfile
 
+_LOG = logging.getLogger(__name__)
+
 FRA_TXT_ENV = "FRA_TXT"
 DATA_URL_ENV = "NMT_DATA_URL"  # mirrors / tests; the canonical address otherwise
 CANONICAL_URL = "https://storage.googleapis.com/download.tensorflow.org/data/fra-eng.zip"
@@ -52,9 +54,9 @@ def download_fra_txt(cache_dir: str, url: str, timeout_s: float) -> str:
     """Fetches fra-eng.zip once into `cache_dir` and checks fra.txt's sha256."""
     target = os.path.join(cache_dir, "fra-eng", "fra.txt")
     if os.path.isfile(target) and sha256_of(target) == FRA_TXT_SHA256:
-        logging.info("Using the cached %s (sha256 verified).", target)
+        _LOG.info("Using the cached %s (sha256 verified).", target)
         return target
-    logging.info("Downloading %s into %s ...", url, cache_dir)
+    _LOG.info("Downloading %s into %s ...", url, cache_dir)
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             archive = zipfile.ZipFile(io.BytesIO(response.read()))

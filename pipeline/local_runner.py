@@ -9,6 +9,8 @@ from tfx import v1 as tfx
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
 
+_LOG = logging.getLogger(__name__)
+
 
 def build(config: PipelineConfig) -> tfx.dsl.Pipeline:
     return create_pipeline(
@@ -29,7 +31,7 @@ def build(config: PipelineConfig) -> tfx.dsl.Pipeline:
 def run(config: PipelineConfig) -> None:
     """Runs every component in order; completed components are reused from the cache."""
     os.makedirs(config.pipeline_root, exist_ok=True)
-    logging.info("Running pipeline %s on %s (pipeline root %s, metadata %s).",
+    _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s).",
                  config.pipeline_name, config.data_path, config.pipeline_root,
                  config.metadata_path)
     tfx.orchestration.LocalDagRunner().run(build(config))

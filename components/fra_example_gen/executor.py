@@ -20,6 +20,8 @@ from tfx.types import artifact_utils, standard_component_specs
 
 from components.fra_example_gen import parser
 
+_LOG = logging.getLogger(__name__)
+
 REPORT_FILE = "parse_report.json"
 MAX_LINE_BYTES_KEY = "max_line_bytes"
 _REPORT_PATH_KEY = "_parse_report_path"  # set by Executor.Do for the PTransform
@@ -137,7 +139,7 @@ class Executor(BaseExampleGenExecutor):
         for key, value in report["input"].items():
             examples.set_string_custom_property(f"input_{key}", str(value))
         examples.set_string_custom_property("parse_report", json.dumps(report, sort_keys=True))
-        logging.info("fra.txt ExampleGen: %s", summarize(report))
+        _LOG.info("fra.txt ExampleGen: %s", summarize(report))
 
 
 def summarize(report: dict[str, Any]) -> str:

@@ -1,0 +1,29 @@
+# Two entry points: `make run` (the pipeline) and `make test` (the suite).
+# Both create the virtualenv on first use: Python 3.11, the pinned TFX 1.16 family.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP_FLAGS := --ignore-requires-python -c constraints.txt
+# Extra flags for `nmt run`, e.g. make run ARGS="--data ~/fra.txt --profile cpu"
+ARGS ?=
+
+.PHONY: venv run test clean
+
+venv: $(VENV)/.installed
+
+# tfx 1.16.0 declares Requires-Python <3.11 although its cp311 wheels work: hence
+# --ignore-requires-python; the constraints file keeps pip from backtracking for minutes.
+$(VENV)/.installed: setup.py constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(PIP_FLAGS) -e '.[test]'
+	touch $@
+
+run: venv
+	$(BIN)/nmt run $(ARGS)
+
+test: venv
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) nmt_runs .pytest_cache

@@ -1,0 +1,172 @@
+"""The data half through LocalDagRunner: ExampleGen -> StatisticsGen -> schema -> validator."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import ml_metadata as mlmd
+import pytest
+import tensorflow as tf
+from google.protobuf import json_format
+from ml_metadata.proto import metadata_store_pb2
+
+from conftest import REPO, run_nmt
+
+
+def open_store(pipeline_root: str) -> mlmd.MetadataStore:
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = os.path.join(pipeline_root, "metadata.sqlite")
+    return mlmd.MetadataStore(config)
+
+
+def latest_artifact(store: mlmd.MetadataStore, type_name: str) -> metadata_store_pb2.Artifact:
+    return max(store.get_artifacts_by_type(type_name), key=lambda a: a.id)
+
+
+def read_split(uri: str, split: str) -> list[tuple[str, list[str]]]:
+    files = tf.io.gfile.glob(os.path.join(uri, f"Split-{split}", "*"))
+    rows = []
+    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+        example = tf.train.Example.FromString(record.numpy())
+        feature = example.features.feature
+        rows.append((feature["english"].bytes_list.value[0].decode(),
+                     [v.decode() for v in feature["french"].bytes_list.value]))
+    return rows
+
+
+def expected_groups(path: str) -> dict[str, list[str]]:
+    groups = collections.defaultdict(list)
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            english, french = line.rstrip("\n").split("\t")[:2]
+            groups[english].append(french)
+    return groups
+
+
+@pytest.fixture(scope="module")
+def sample_run(fra_sample, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("pipeline_root"))
+    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root, result
+
+
+def test_examples_are_one_per_english_sentence_with_every_reference(fra_sample, sample_run):
+    root, _ = sample_run
+    examples = latest_artifact(open_store(root), "Examples")
+    splits = {split: read_split(examples.uri, split) for split in ("train", "eval", "test")}
+    produced = {english: refs for rows in splits.values() for english, refs in rows}
+    expected = expected_groups(fra_sample)
+    assert sum(len(rows) for rows in splits.values()) == len(expected) == len(produced)
+    assert produced == expected  # every reference kept, in file order
+
+
+def test_splits_are_disjoint_by_english_and_near_the_ratios(sample_run):
+    root, _ = sample_run
+    examples = latest_artifact(open_store(root), "Examples")
+    english = {split: {e for e, _ in read_split(examples.uri, split)}
+               for split in ("train", "eval", "test")}
+    assert not english["train"] & english["eval"]
+    assert not english["train"] & english["test"]
+    assert not english["eval"] & english["test"]
+    total = sum(len(s) for s in english.values())
+    assert abs(len(english["train"]) / total - 0.8) < 0.05
+
+
+def test_parse_report_is_recorded_in_the_artifact_and_the_log(fra_sample, sample_run):
+    root, result = sample_run
+    examples = latest_artifact(open_store(root), "Examples")
+    with open(os.path.join(examples.uri, "parse_report.json")) as f:
+        report = json.load(f)
+    lines = open(fra_sample, "rb").read().count(b"\n")
+    assert report["lines_read"] == report["pairs_kept"] == lines
+    assert report["lines_rejected"] == 0
+    assert examples.custom_properties["lines_read"].int_value == lines
+    assert examples.custom_properties["input_sha256"].string_value == report["input"]["sha256"]
+    assert f"read {lines} lines" in result.stderr
+    assert "Component StrictExampleValidator is finished." in result.stderr
+
+
+def test_validation_passes_on_real_data(sample_run):
+    root, _ = sample_run
+    store = open_store(root)
+    anomalies = latest_artifact(store, "ExampleAnomalies")
+    blessed = json_format.MessageToDict(anomalies.custom_properties["blessed"].struct_value)
+    assert blessed == {"train": 1, "eval": 1, "test": 1}
+
+
+def test_rerun_on_unchanged_input_is_cached(fra_sample, sample_run):
+    root, _ = sample_run
+    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("A cached execution") == 4
+
+
+BAD_LINES = (b"\xef\xbb\xbfGo.\tVa !\r\n"  # BOM + CRLF: kept
+             b"\n"  # blank
+             b"No tab at all\n"
+             b"\tPas d'anglais.\n"
+             b"No French.\t\n"
+             b"Too\tmany\tcolumns\there\n"
+             b"Bad \xff bytes.\tMauvais.\n"
+             b"Nul \x00 byte.\tNul.\n"
+             + b"Long " + b"x" * 3000 + b"\tLong.\n"
+             + b"Hi.\tSalut !\tCC-BY 2.0 (France) Attribution: tatoeba.org\n")
+
+
+def test_bad_lines_are_counted_not_fatal(tmp_path):
+    data = tmp_path / "data" / "fra.txt"
+    data.parent.mkdir()
+    data.write_bytes(BAD_LINES + "".join(f"Sentence {i}.\tPhrase {i}.\n" for i in range(60))
+                     .encode())
+    root = str(tmp_path / "root")
+    result = run_nmt("run", "--data", str(data), "--pipeline-root", root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(latest_artifact(open_store(root), "Examples")
+                        .custom_properties["parse_report"].string_value)
+    assert report["lines_read"] == 70 == report["pairs_kept"] + report["lines_rejected"]
+    assert report["pairs_kept"] == 62
+    assert {k: v["count"] for k, v in report["rejected_by_reason"].items()} == {
+        "blank_line": 1, "no_tab": 1, "empty_english": 1, "empty_french": 1,
+        "too_many_columns": 1, "invalid_utf8": 1, "nul_byte": 1, "too_long": 1}
+    assert report["rejected_by_reason"]["invalid_utf8"]["sample_line_numbers"] == [7]
+    assert "rejected 8 [blank_line: 1 (e.g. line 2)" in result.stderr
+
+
+def test_anomaly_stops_the_pipeline_before_transform(tmp_path):
+    """A file concatenated with itself many times: 'Go.' gets 70 references (schema max 64)."""
+    data = tmp_path / "fra.txt"
+    data.write_bytes(b"Go.\tVa !\n" * 70 + b"Hi.\tSalut !\n")
+    root = str(tmp_path / "root")
+    result = run_nmt("run", "--data", str(data), "--pipeline-root", root)
+    assert result.returncode == 1
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("nmt: error: Data validation failed")
+    assert "feature 'french'" in message and "values" in message
+    store = open_store(root)
+    assert not store.get_artifacts_by_type("TransformGraph")
+    assert not store.get_artifacts_by_type("Model")
+
+
+def test_killed_run_can_be_rerun_without_cleanup(fra_sample, tmp_path):
+    root = str(tmp_path / "root")
+    args = [sys.executable, "-m", "pipeline.cli", "run", "--data", fra_sample,
+            "--pipeline-root", root]
+    proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    for line in proc.stderr:  # kill it while StatisticsGen is running
+        if "Component StatisticsGen is running" in line or time.time() > deadline:
+            break
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Component StrictExampleValidator is finished." in result.stderr
+    assert result.stderr.count("A cached execution") >= 1  # ExampleGen reused

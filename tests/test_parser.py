@@ -1,0 +1,72 @@
+"""fra.txt line parsing: every kind of bad line is rejected, counted and located."""
+from __future__ import annotations
+
+import pytest
+
+from components.fra_example_gen import parser
+
+
+def parse_bytes(data: bytes, max_line_bytes: int = 100) -> list[parser.ParsedLine]:
+    return list(parser.parse_lines(data.splitlines(keepends=True), max_line_bytes))
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"\n", parser.BLANK_LINE),
+    (b"   \t  \r\n", parser.BLANK_LINE),
+    (b"Go." + b"o" * 200 + b"\tVa !\n", parser.TOO_LONG),
+    (b"Go.\x00\tVa !\n", parser.NUL_BYTE),
+    (b"Go.\tVa \xff\xfe!\n", parser.INVALID_UTF8),
+    (b"Go. Va !\n", parser.NO_TAB),
+    (b"Go.\tVa !\tCC-BY\textra\n", parser.TOO_MANY_COLUMNS),
+    (b"\tVa !\n", parser.EMPTY_ENGLISH),
+    (b"  \tVa !\n", parser.EMPTY_ENGLISH),
+    (b"Go.\t\n", parser.EMPTY_FRENCH),
+    (b"Go.\t \tCC-BY\n", parser.EMPTY_FRENCH),
+])
+def test_bad_line_is_rejected_with_its_reason(raw, reason):
+    parsed = parser.parse_line(raw, line_number=7, max_line_bytes=100)
+    assert parsed.reason == reason
+    assert parsed.line_number == 7
+    assert not parsed.kept
+
+
+def test_good_lines_keep_text_exactly_as_written():
+    lines = parse_bytes("\ufeffGo.\tVa !\r\nI'm OK.\tÇa va\u202f!\tCC-BY 2.0 (France)\n"
+                        "  Spaces kept  \t  Espaces  \n".encode())
+    assert [(p.english, p.french) for p in lines] == [
+        ("Go.", "Va !"),  # BOM and CRLF removed, nothing else
+        ("I'm OK.", "Ça va\u202f!"),  # attribution column ignored, no normalization
+        ("  Spaces kept  ", "  Espaces  ")]
+    assert all(p.kept for p in lines)
+
+
+def test_bom_is_only_stripped_on_the_first_line():
+    lines = parse_bytes(b"Go.\tVa !\n\xef\xbb\xbfHi.\tSalut !\n")
+    assert lines[1].english == "\ufeffHi."
+
+
+def test_report_counts_every_line_once_with_sample_line_numbers():
+    data = (b"Go.\tVa !\n\nno tab here\nHi.\tSalut !\n\n\n\tVide\n" * 3)
+    report = parser.ParseReport(max_samples=2)
+    for line in parse_bytes(data):
+        report.add(line)
+    assert report.lines_read == 21
+    assert report.pairs_kept == 6
+    assert report.rejected == {parser.BLANK_LINE: 9, parser.NO_TAB: 3, parser.EMPTY_ENGLISH: 3}
+    assert report.lines_read == report.pairs_kept + report.lines_rejected
+    assert report.samples[parser.BLANK_LINE] == [2, 5]
+    assert report.to_dict()["rejected_by_reason"][parser.NO_TAB] == {
+        "count": 3, "sample_line_numbers": [3, 10]}
+
+
+def test_reports_merge_like_one_pass():
+    lines = parse_bytes(b"a\tb\n\nc\n\td\ne\tf\n\n" * 4)
+    whole = parser.ParseReport()
+    for line in lines:
+        whole.add(line)
+    left, right = parser.ParseReport(), parser.ParseReport()
+    for line in lines[::2]:
+        left.add(line)
+    for line in lines[1::2]:
+        right.add(line)
+    assert right.merge(left).to_dict() == whole.to_dict()

@@ -1,0 +1,177 @@
+"""In-graph decoding (greedy, beam search, uncached greedy reference) for a `Transformer`.
+
+All three take a batch of source ids [B, S] padded with PAD_ID, work inside tf.function with a
+variable batch size and length, and return (token_ids [B, L] int32, scores [B] float32).
+token_ids hold the generated tokens without START_ID, up to and including END_ID, then PAD_ID;
+a sentence that reaches its length limit first simply ends without END_ID. L is the number of
+steps run (at most max(max_length)).
+
+max_length is a scalar or one limit per sentence [B] (see `max_decode_length`), so a sentence
+decodes the same whatever else is in its batch. Loop state has fixed shapes, with the model's
+key/value cache sized once for the longest limit.
+
+PAD_ID and START_ID never occur in target outputs, so they are never generated.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from trainer_module.hparams import END_ID, PAD_ID, START_ID, HParams
+from trainer_module.model import Transformer
+
+_NEG_INF = -1e9  # finite, so sums and top_k stay free of NaN
+
+# next_logits(last_tokens [B], step, state) -> (logits [B, V] float32, state)
+NextLogits = Callable[[tf.Tensor, tf.Tensor, Any], tuple[tf.Tensor, Any]]
+
+
+def max_decode_length(source_ids: tf.Tensor, hparams: HParams) -> tf.Tensor:
+    """[B] int32: min(ceil(ratio * source_length) + extra, decode_max_length), PAD not counted."""
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.float32), axis=1)
+    limit = tf.cast(tf.math.ceil(hparams.decode_length_ratio * lengths), tf.int32)
+    return tf.minimum(limit + hparams.decode_max_extra_tokens, hparams.decode_max_length)
+
+
+def _next_token_log_probs(logits: tf.Tensor) -> tf.Tensor:
+    """logits [..., V] -> log-probabilities [..., V] with PAD_ID and START_ID excluded."""
+    forbidden = tf.one_hot(PAD_ID, tf.shape(logits)[-1], on_value=True, off_value=False) | \
+        tf.one_hot(START_ID, tf.shape(logits)[-1], on_value=True, off_value=False)
+    return tf.nn.log_softmax(tf.where(forbidden, _NEG_INF, logits), axis=-1)
+
+
+def _write_at(buffer: tf.Tensor, values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+    """buffer [..., L] with values [...] written at last-axis position index (fixed shape)."""
+    return tf.where(tf.range(tf.shape(buffer)[-1]) == index, values[..., None], buffer)
+
+
+def _per_sentence(max_length: tf.Tensor | int, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Limits [B] int32 and the loop bound max(limits) (0 for an empty batch)."""
+    limits = tf.broadcast_to(tf.cast(max_length, tf.int32), tf.shape(source_ids)[:1])
+    return limits, tf.maximum(tf.reduce_max(limits), 0)
+
+
+def _greedy_loop(next_logits: NextLogits, state: Any,
+                 limits: tf.Tensor, loop_length: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Argmax decoding shared by the cached and uncached variants; stops when all finished."""
+    batch_size = tf.shape(limits)[0]
+
+    def body(step, last_tokens, finished, scores, tokens, state):
+        logits, state = next_logits(last_tokens, step, state)
+        log_probs = _next_token_log_probs(logits)
+        best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        best_log_probs = tf.gather(log_probs, best, batch_dims=1)
+        best = tf.where(finished, PAD_ID, best)
+        scores += tf.where(finished, 0.0, best_log_probs)
+        tokens = _write_at(tokens, best, step)
+        finished |= tf.equal(best, END_ID) | (step + 1 >= limits)
+        return step + 1, best, finished, scores, tokens, state
+
+    def cond(step, last_tokens, finished, *_):
+        return (step < loop_length) & ~tf.reduce_all(finished)
+
+    step, _, _, scores, tokens, _ = tf.while_loop(cond, body, (
+        tf.constant(0), tf.fill([batch_size], START_ID), limits <= 0,
+        tf.zeros([batch_size]), tf.zeros([batch_size, loop_length], tf.int32), state))
+    return tokens[:, :step], scores
+
+
+def greedy_decode(model: Transformer, source_ids: tf.Tensor,
+                  max_length: tf.Tensor | int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Greedy decoding with the key/value cache: each step runs the decoder on one position.
+
+    Returns token_ids [B, L] int32 and scores [B] float32, the sum of the chosen log-probs.
+    """
+    limits, loop_length = _per_sentence(max_length, source_ids)
+    memory, source_mask = model.encode(source_ids)
+    cache = model.init_cache(memory, source_mask, loop_length)
+    return _greedy_loop(model.decode_step, cache, limits, loop_length)
+
+
+def uncached_greedy_decode(model: Transformer, source_ids: tf.Tensor,
+                           max_length: tf.Tensor | int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Reference for `greedy_decode`: re-runs the full decoder on the whole prefix each step.
+
+    Quadratic in the output length; kept for tests and as the baseline of the decoding benchmark.
+    """
+    limits, loop_length = _per_sentence(max_length, source_ids)
+    memory, source_mask = model.encode(source_ids)
+
+    def next_logits(last_tokens, step, prefix):
+        prefix = _write_at(prefix, last_tokens, step)
+        logits, _ = model.decode(prefix[:, :step + 1], memory, source_mask)
+        return logits[:, -1], prefix
+
+    prefix = tf.zeros([tf.shape(source_ids)[0], loop_length], tf.int32)
+    return _greedy_loop(next_logits, prefix, limits, loop_length)
+
+
+def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
+    """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al. 2016)."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf.Tensor | int,
+                       beam_width: int, alpha: float) -> tuple[tf.Tensor, tf.Tensor]:
+    """Beam search with the key/value cache; returns the best hypothesis per sentence.
+
+    Each step ranks the 2 * beam_width best extensions by log-probability. As in fairseq, an
+    extension ending in END_ID (or reaching the sentence's limit) is finished if it ranks within
+    the first beam_width; the beam_width best unfinished ones go on. A sentence is done once
+    beam_width hypotheses have finished (or at its limit), and its answer is the finished one with
+    the best score log_prob / length_penalty. With beam_width=1 this is exactly greedy decoding.
+
+    Returns token_ids [B, L] int32 and scores [B] float32 (length-normalized log-probability;
+    the plain sum when alpha is 0).
+    """
+    limits, loop_length = _per_sentence(max_length, source_ids)
+    batch_size = tf.shape(source_ids)[0]
+    memory, source_mask = model.encode(source_ids)
+    # Beams of a sentence are consecutive rows: [B * beam_width, ...].
+    cache = model.init_cache(tf.repeat(memory, beam_width, axis=0),
+                             tf.repeat(source_mask, beam_width, axis=0), loop_length)
+    candidates = 2 * beam_width  # at most beam_width of them end in END_ID: enough remain alive
+    first_rank = tf.range(candidates) < beam_width
+
+    def body(step, alive_tokens, alive_log_probs, alive_last, cache,
+             finished_tokens, finished_scores, finished_count, done):
+        logits, cache = model.decode_step(tf.reshape(alive_last, [-1]), step, cache)
+        vocab_size = tf.shape(logits)[-1]
+        log_probs = tf.reshape(_next_token_log_probs(logits), [batch_size, beam_width, vocab_size])
+        extended = tf.reshape(alive_log_probs[:, :, None] + log_probs, [batch_size, -1])
+        candidate_log_probs, flat_index = tf.math.top_k(extended, k=candidates)  # [B, 2K]
+        parent, token = flat_index // vocab_size, flat_index % vocab_size
+        candidate_tokens = _write_at(tf.gather(alive_tokens, parent, batch_dims=1), token, step)
+
+        at_limit = step + 1 >= limits
+        ends = tf.equal(token, END_ID)
+        finishing = first_rank & (ends | at_limit[:, None]) & ~done[:, None]
+        scores = tf.where(finishing, candidate_log_probs / _length_penalty(step + 1, alpha),
+                          _NEG_INF)
+        finished_scores, keep = tf.math.top_k(tf.concat([finished_scores, scores], 1), beam_width)
+        finished_tokens = tf.gather(tf.concat([finished_tokens, candidate_tokens], 1), keep,
+                                    batch_dims=1)
+        finished_count += tf.reduce_sum(tf.cast(finishing, tf.int32), axis=1)
+
+        alive_log_probs, keep = tf.math.top_k(
+            tf.where(ends, _NEG_INF, candidate_log_probs), beam_width)
+        alive_tokens = tf.gather(candidate_tokens, keep, batch_dims=1)
+        alive_last = tf.gather(token, keep, batch_dims=1)
+        rows = tf.gather(parent, keep, batch_dims=1) + tf.range(batch_size)[:, None] * beam_width
+        cache = model.reorder_cache(cache, tf.reshape(rows, [-1]))
+        done |= (finished_count >= beam_width) | at_limit
+        return (step + 1, alive_tokens, alive_log_probs, alive_last, cache,
+                finished_tokens, finished_scores, finished_count, done)
+
+    def cond(step, *state):
+        return (step < loop_length) & ~tf.reduce_all(state[-1])
+
+    # Only the first beam is live at the start, so the beams do not all repeat one hypothesis.
+    initial_log_probs = tf.tile([[0.0] + [_NEG_INF] * (beam_width - 1)], [batch_size, 1])
+    empty = tf.zeros([batch_size, beam_width, loop_length], tf.int32)
+    step, *_, finished_tokens, finished_scores, _, _ = tf.while_loop(cond, body, (
+        tf.constant(0), empty, initial_log_probs, tf.fill([batch_size, beam_width], START_ID),
+        cache, empty, tf.fill([batch_size, beam_width], _NEG_INF),
+        tf.zeros([batch_size], tf.int32), limits <= 0))
+    return finished_tokens[:, 0, :step], finished_scores[:, 0]

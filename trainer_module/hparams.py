@@ -1,0 +1,107 @@
+"""Hyperparameters of the translator, token-id conventions, and named profiles.
+
+One frozen `HParams` travels from the Trainer to the model, the optimizer and the decoders, so a
+run is fully described by a profile name plus the vocabulary sizes read from the vocab files.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+# Reserved ids; the vocabularies (built elsewhere) put these four tokens first.
+PAD_ID = 0
+UNK_ID = 1
+START_ID = 2
+END_ID = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+    """Defaults are the paper's base model (Vaswani et al. 2017, Table 3); profiles override."""
+
+    # Architecture (paper names).
+    num_layers: int = 6
+    d_model: int = 512
+    num_heads: int = 8
+    dff: int = 2048
+    dropout_rate: float = 0.1
+    tie_output_to_embedding: bool = True  # final projection = target embedding matrix transposed
+
+    # Loss and optimization (paper §5.3-5.4).
+    label_smoothing: float = 0.1
+    warmup_steps: int = 4000
+    # Multiplies the paper's schedule: its peak d_model^-0.5 * warmup^-0.5 is tied to the warmup
+    # length, so short runs (short warmup) need this to keep the peak learning rate sane.
+    learning_rate_scale: float = 1.0
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98
+    adam_epsilon: float = 1e-9
+
+    # Training loop and data.
+    batch_tokens: int = 8192  # per batch: sentences x padded length of the longer side
+    train_steps: int = 10_000
+    checkpoint_every: int = 2000
+    max_source_length: int = 128  # training pairs with more tokens (without START/END) are dropped
+    max_target_length: int = 128
+
+    # Filled in at training time from the vocabulary files, see `with_vocab_sizes`.
+    source_vocab_size: int = 0
+    target_vocab_size: int = 0
+
+    # Accelerators.
+    mixed_precision: bool = False  # mixed_float16: float16 compute, float32 variables/softmax
+    use_xla: bool = False  # compile the train step with XLA (decoding stays uncompiled)
+
+    # Decoding: per sentence, at most min(ratio * source_length + extra, decode_max_length) tokens.
+    decode_length_ratio: float = 1.5
+    decode_max_extra_tokens: int = 10
+    decode_max_length: int = 256
+    beam_width: int = 4
+    beam_alpha: float = 0.6  # GNMT length penalty ((5 + length) / 6) ** alpha
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+        if self.d_model % 2:
+            raise ValueError(f"d_model={self.d_model} must be even for the sinusoidal encoding")
+        if not 0.0 <= self.dropout_rate < 1.0 or not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError("dropout_rate and label_smoothing must be in [0, 1)")
+        if self.beam_width < 1:
+            raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
+
+    def with_vocab_sizes(self, source_vocab_size: int, target_vocab_size: int) -> HParams:
+        """A copy with the vocabulary sizes known only once the vocab files exist."""
+        return dataclasses.replace(
+            self, source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size)
+
+
+PROFILES: dict[str, HParams] = {
+    # CI: a 1-layer model that trains a few dozen steps in seconds on a laptop CPU.
+    "smoke": HParams(
+        num_layers=1, d_model=32, num_heads=2, dff=64, dropout_rate=0.1,
+        warmup_steps=20, learning_rate_scale=0.5, batch_tokens=512, train_steps=40,
+        checkpoint_every=20, max_source_length=32, max_target_length=32,
+        decode_max_length=48, beam_width=2),
+    # Best use of 2 CPU cores for ~45 min on ~130k short Tatoeba pairs (~10 target tokens each).
+    # At ~1-2k target tokens/s, 45 min is ~4M tokens = ~3 epochs; small 2k-token batches give
+    # ~2000 updates, which matter more than batch size this early in training. Pre-norm layers
+    # tolerate the short warmup; the scale keeps the peak learning rate near 1.4e-3.
+    # Assumes vocabularies of ~8k subwords: the output softmax is a large share of the cost.
+    "cpu": HParams(
+        num_layers=3, d_model=256, num_heads=4, dff=1024, dropout_rate=0.1,
+        warmup_steps=500, learning_rate_scale=0.5, batch_tokens=2048, train_steps=2000,
+        checkpoint_every=500, max_source_length=50, max_target_length=50,
+        decode_max_length=100),
+    # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
+    # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it.
+    "base": HParams(mixed_precision=True, use_xla=True),
+}
+
+
+def get_profile(name: str) -> HParams:
+    """The named profile (vocabulary sizes still unset)."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown hyperparameter profile {name!r}; valid names: {', '.join(sorted(PROFILES))}"
+        ) from None

@@ -1,0 +1,390 @@
+"""Encoder-decoder Transformer ("Attention Is All You Need", Vaswani et al. 2017) with a KV cache.
+
+Differences from the paper, on purpose:
+- Pre-norm residual blocks, x + Dropout(Sublayer(LayerNorm(x))), plus a final LayerNorm after
+  each stack. The paper normalizes after the residual add (post-norm); pre-norm keeps gradients
+  well scaled at initialization, so training is stable with a short warmup and a higher peak
+  learning rate (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"),
+  which is what the short CPU runs need.
+- Embeddings are initialized N(0, d_model^-0.5), so after the paper's sqrt(d_model) scaling they
+  have unit variance, and the tied output projection starts with small logits.
+
+Masks are boolean, True where attention is allowed, broadcastable to [batch, queries, keys], and
+always passed explicitly (no Keras implicit masking). Padding is PAD_ID at the end of a sequence.
+
+Mixed precision: every sublayer gets the model's dtype policy; attention softmax, logits and the
+returned attention weights are float32.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module.hparams import PAD_ID, HParams
+
+# Large negative instead of -inf, so a fully masked row gives a uniform softmax, never NaN.
+_MASKED_SCORE = -1e9
+
+LayerCache = dict[str, tf.Tensor]
+# {"source_mask": [B, S] bool, "layers": one LayerCache per decoder layer}.
+DecoderCache = dict[str, Any]
+
+
+def positional_encoding(positions: tf.Tensor, d_model: int) -> tf.Tensor:
+    """Sinusoids of paper §3.5, computed on the fly so any length (and one position) works.
+
+    positions [T] int -> [T, d_model] float32, PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+    """
+    inverse_frequencies = tf.pow(10000.0, -tf.range(0, d_model, 2, dtype=tf.float32) / d_model)
+    angles = tf.cast(positions, tf.float32)[:, None] * inverse_frequencies[None, :]
+    return tf.reshape(tf.stack([tf.sin(angles), tf.cos(angles)], axis=-1), [-1, d_model])
+
+
+def causal_mask(length: tf.Tensor) -> tf.Tensor:
+    """[T, T] bool: query position i may attend to key positions <= i."""
+    positions = tf.range(length)
+    return positions[:, None] >= positions[None, :]
+
+
+class TokenEmbedding(keras.layers.Layer):
+    """Token embedding * sqrt(d_model) + sinusoidal position; its matrix can double as output layer."""
+
+    def __init__(self, vocab_size: int, d_model: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=[self.vocab_size, self.d_model],
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+        super().build(input_shape)
+
+    def call(self, token_ids: tf.Tensor, start_position: tf.Tensor | int = 0) -> tf.Tensor:
+        """token_ids [B, T] int at positions start_position.. -> [B, T, d_model].
+
+        start_position lets incremental decoding embed one token at its true position.
+        """
+        x = tf.gather(self.embeddings, token_ids) * math.sqrt(self.d_model)
+        positions = start_position + tf.range(tf.shape(token_ids)[1])
+        return x + tf.cast(positional_encoding(positions, self.d_model), x.dtype)
+
+    def logits(self, x: tf.Tensor) -> tf.Tensor:
+        """x [B, T, d_model] -> [B, T, vocab_size] in x's dtype: the tied output projection."""
+        return tf.einsum("btd,vd->btv", x, tf.cast(self.embeddings, x.dtype))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
+
+
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention (paper §3.2).
+
+    Our own layer rather than keras.layers.MultiHeadAttention so the decoder can project keys and
+    values once (`project_key_value`) and attend over cached ones (`attend`).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.depth = d_model // num_heads
+        self.query_projection = keras.layers.Dense(d_model, name="query", dtype=self.dtype_policy)
+        self.key_projection = keras.layers.Dense(d_model, name="key", dtype=self.dtype_policy)
+        self.value_projection = keras.layers.Dense(d_model, name="value", dtype=self.dtype_policy)
+        self.output_projection = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
+
+    def _split_heads(self, x: tf.Tensor) -> tf.Tensor:
+        """[B, T, d_model] -> [B, num_heads, T, depth]."""
+        shape = tf.shape(x)
+        x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.depth])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def project_key_value(self, memory: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """memory [B, Tk, d_model] -> keys, values, each [B, num_heads, Tk, depth]."""
+        return (self._split_heads(self.key_projection(memory)),
+                self._split_heads(self.value_projection(memory)))
+
+    def attend(self, query_input: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
+               attention_mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Attend from query_input [B, Tq, d_model] over projected keys/values [B, H, Tk, depth].
+
+        attention_mask: bool, rank 3, broadcastable to [B, Tq, Tk].
+        Returns output [B, Tq, d_model] and weights [B, H, Tq, Tk] float32.
+        """
+        queries = self._split_heads(self.query_projection(query_input)) * self.depth ** -0.5
+        scores = tf.cast(tf.einsum("bhqd,bhkd->bhqk", queries, keys), tf.float32)
+        scores = tf.where(attention_mask[:, None], scores, _MASKED_SCORE)
+        weights = tf.nn.softmax(scores, axis=-1)
+        context = tf.einsum("bhqk,bhkd->bqhd", tf.cast(weights, values.dtype), values)
+        shape = tf.shape(context)
+        context = tf.reshape(context, [shape[0], shape[1], self.d_model])
+        return self.output_projection(context), weights
+
+    def call(self, query_input: tf.Tensor, memory: tf.Tensor,
+             attention_mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """query_input [B, Tq, D], memory [B, Tk, D] -> output [B, Tq, D], weights [B, H, Tq, Tk]."""
+        keys, values = self.project_key_value(memory)
+        return self.attend(query_input, keys, values, attention_mask)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads}
+
+
+class PositionWiseFeedForward(keras.layers.Layer):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike (paper §3.3)."""
+
+    def __init__(self, d_model: int, dff: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.dff = dff
+        self.inner = keras.layers.Dense(dff, activation="relu", name="inner",
+                                        dtype=self.dtype_policy)
+        self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        """[B, T, d_model] -> [B, T, d_model]."""
+        return self.outer(self.inner(x))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "d_model": self.d_model, "dff": self.dff}
+
+
+class _TransformerLayer(keras.layers.Layer):
+    """What encoder and decoder layers share: hyperparameters, dropout, the FFN block."""
+
+    def __init__(self, d_model: int, num_heads: int, dff: int, dropout_rate: float,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.dropout_rate = dropout_rate
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.feed_forward = PositionWiseFeedForward(d_model, dff, name="feed_forward",
+                                                    dtype=self.dtype_policy)
+        self.feed_forward_norm = self._layer_norm("feed_forward_norm")
+
+    def _layer_norm(self, name: str) -> keras.layers.LayerNormalization:
+        return keras.layers.LayerNormalization(epsilon=1e-6, name=name, dtype=self.dtype_policy)
+
+    def _feed_forward_block(self, x: tf.Tensor, training: bool) -> tf.Tensor:
+        return x + self.dropout(self.feed_forward(self.feed_forward_norm(x)), training=training)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
+                "dff": self.dff, "dropout_rate": self.dropout_rate}
+
+
+class EncoderLayer(_TransformerLayer):
+    """Self-attention over the source, then the FFN; each a pre-norm residual block."""
+
+    def __init__(self, d_model: int, num_heads: int, dff: int, dropout_rate: float,
+                 **kwargs: Any) -> None:
+        super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
+        self.self_attention = MultiHeadAttention(d_model, num_heads, name="self_attention",
+                                                 dtype=self.dtype_policy)
+        self.self_attention_norm = self._layer_norm("self_attention_norm")
+
+    def call(self, x: tf.Tensor, source_mask: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """x [B, S, d_model], source_mask [B, S] bool (False at PAD) -> [B, S, d_model]."""
+        normed = self.self_attention_norm(x)
+        attended, _ = self.self_attention(normed, normed, attention_mask=source_mask[:, None, :])
+        return self._feed_forward_block(x + self.dropout(attended, training=training), training)
+
+
+class DecoderLayer(_TransformerLayer):
+    """Causal self-attention, cross-attention to the encoder output, then the FFN (pre-norm).
+
+    `call` runs all target positions at once (training, scoring); `decode_step` runs one new
+    position against a LayerCache of fixed shape, so it fits a tf.while_loop unchanged.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dff: int, dropout_rate: float,
+                 **kwargs: Any) -> None:
+        super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
+        self.self_attention = MultiHeadAttention(d_model, num_heads, name="self_attention",
+                                                 dtype=self.dtype_policy)
+        self.self_attention_norm = self._layer_norm("self_attention_norm")
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, name="cross_attention",
+                                                  dtype=self.dtype_policy)
+        self.cross_attention_norm = self._layer_norm("cross_attention_norm")
+
+    def _cross_attention_and_feed_forward(
+            self, x: tf.Tensor, cross_keys: tf.Tensor, cross_values: tf.Tensor,
+            source_mask: tf.Tensor, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+        """The part shared by both paths. Returns x and cross-attention weights [B, H, T, S]."""
+        attended, weights = self.cross_attention.attend(
+            self.cross_attention_norm(x), cross_keys, cross_values, source_mask[:, None, :])
+        x = x + self.dropout(attended, training=training)
+        return self._feed_forward_block(x, training), weights
+
+    def call(self, x: tf.Tensor, memory: tf.Tensor, source_mask: tf.Tensor,
+             training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+        """x [B, T, D], memory [B, S, D], source_mask [B, S] -> x [B, T, D], weights [B, H, T, S].
+
+        No target padding mask is needed: padding is at the end, so the causal mask already keeps
+        real positions from seeing it (outputs at PAD positions are ignored by the loss).
+        """
+        normed = self.self_attention_norm(x)
+        attended, _ = self.self_attention(
+            normed, normed, attention_mask=causal_mask(tf.shape(x)[1])[None])
+        x = x + self.dropout(attended, training=training)
+        cross_keys, cross_values = self.cross_attention.project_key_value(memory)
+        return self._cross_attention_and_feed_forward(
+            x, cross_keys, cross_values, source_mask, training)
+
+    def init_cache(self, memory: tf.Tensor, max_length: tf.Tensor) -> LayerCache:
+        """Cross-attention keys/values of memory [B, S, D] (computed once), and zeroed
+        self-attention keys/values [B, H, max_length, depth] for the positions to come."""
+        cross_keys, cross_values = self.cross_attention.project_key_value(memory)
+        empty = tf.zeros([tf.shape(memory)[0], self.num_heads, max_length,
+                          self.d_model // self.num_heads], dtype=cross_keys.dtype)
+        return {"self_keys": empty, "self_values": empty,
+                "cross_keys": cross_keys, "cross_values": cross_values}
+
+    def decode_step(self, x: tf.Tensor, step: tf.Tensor, cache: LayerCache,
+                    source_mask: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, LayerCache]:
+        """x [B, 1, D] at position `step` -> x [B, 1, D] and the cache with that position written.
+
+        Only the new position is projected; earlier keys/values come from the cache, and the
+        unwritten positions > step are masked out.
+        """
+        normed = self.self_attention_norm(x)
+        new_keys, new_values = self.self_attention.project_key_value(normed)
+        keys = _write_position(cache["self_keys"], new_keys, step)
+        values = _write_position(cache["self_values"], new_values, step)
+        visible = tf.range(tf.shape(keys)[2]) <= step
+        attended, _ = self.self_attention.attend(normed, keys, values, visible[None, None, :])
+        x = x + self.dropout(attended, training=training)
+        x, _ = self._cross_attention_and_feed_forward(
+            x, cache["cross_keys"], cache["cross_values"], source_mask, training)
+        return x, {**cache, "self_keys": keys, "self_values": values}
+
+
+def _write_position(cache: tf.Tensor, new: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+    """cache [B, H, L, depth] with new [B, H, 1, depth] written at position step (fixed shape)."""
+    return tf.where((tf.range(tf.shape(cache)[2]) == step)[:, None], new, cache)
+
+
+class Transformer(keras.Model):
+    """The translator: call((source_ids [B, S], target_in_ids [B, T])) -> logits [B, T, V] float32.
+
+    target_in_ids starts with START_ID (teacher forcing); S and T are independent. For decoding:
+    `encode`, then `init_cache` and `decode_step` once per generated token.
+    """
+
+    def __init__(self, hparams: HParams, **kwargs: Any) -> None:
+        if hparams.source_vocab_size <= 0 or hparams.target_vocab_size <= 0:
+            raise ValueError("vocabulary sizes are unset: use hparams.with_vocab_sizes(...)")
+        policy = keras.mixed_precision.Policy(
+            "mixed_float16" if hparams.mixed_precision else "float32")
+        super().__init__(dtype=policy, **kwargs)
+        self.hparams = hparams
+        layer_args = dict(d_model=hparams.d_model, num_heads=hparams.num_heads, dff=hparams.dff,
+                          dropout_rate=hparams.dropout_rate, dtype=policy)
+        self.source_embedding = TokenEmbedding(
+            hparams.source_vocab_size, hparams.d_model, name="source_embedding", dtype=policy)
+        self.target_embedding = TokenEmbedding(
+            hparams.target_vocab_size, hparams.d_model, name="target_embedding", dtype=policy)
+        self.embedding_dropout = keras.layers.Dropout(hparams.dropout_rate, dtype=policy)
+        self.encoder_layers = [EncoderLayer(name=f"encoder_{i}", **layer_args)
+                               for i in range(hparams.num_layers)]
+        self.decoder_layers = [DecoderLayer(name=f"decoder_{i}", **layer_args)
+                               for i in range(hparams.num_layers)]
+        self.encoder_norm = keras.layers.LayerNormalization(
+            epsilon=1e-6, name="encoder_norm", dtype=policy)
+        self.decoder_norm = keras.layers.LayerNormalization(
+            epsilon=1e-6, name="decoder_norm", dtype=policy)
+        self.output_projection = None if hparams.tie_output_to_embedding else keras.layers.Dense(
+            hparams.target_vocab_size, name="output_projection", dtype=policy)
+
+    def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """(source_ids [B, S], target_in_ids [B, T]) int -> logits [B, T, target_vocab] float32."""
+        source_ids, target_in_ids = inputs
+        memory, source_mask = self.encode(source_ids, training=training)
+        logits, _ = self.decode(target_in_ids, memory, source_mask, training=training)
+        return logits
+
+    def encode(self, source_ids: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+        """source_ids [B, S] -> memory [B, S, d_model], source_mask [B, S] bool (False at PAD)."""
+        source_mask = tf.not_equal(source_ids, PAD_ID)
+        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        for layer in self.encoder_layers:
+            x = layer(x, source_mask, training=training)
+        return self.encoder_norm(x), source_mask
+
+    def decode(self, target_in_ids: tf.Tensor, memory: tf.Tensor, source_mask: tf.Tensor,
+               training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+        """All target positions at once.
+
+        target_in_ids [B, T], memory [B, S, D], source_mask [B, S] -> logits [B, T, V] float32 and
+        cross-attention weights [B, num_layers, num_heads, T, S] float32.
+        """
+        x = self.embedding_dropout(self.target_embedding(target_in_ids), training=training)
+        cross_weights = []
+        for layer in self.decoder_layers:
+            x, weights = layer(x, memory, source_mask, training=training)
+            cross_weights.append(weights)
+        return self._logits(self.decoder_norm(x)), tf.stack(cross_weights, axis=1)
+
+    def cross_attention_weights(self, source_ids: tf.Tensor,
+                                target_in_ids: tf.Tensor) -> tf.Tensor:
+        """[B, num_layers, num_heads, T, S] float32, every layer and head (inference mode).
+
+        Rows sum to 1 over the real source tokens; PAD source positions get exactly 0.
+        """
+        memory, source_mask = self.encode(source_ids)
+        return self.decode(target_in_ids, memory, source_mask)[1]
+
+    def init_cache(self, memory: tf.Tensor, source_mask: tf.Tensor,
+                   max_length: tf.Tensor) -> DecoderCache:
+        """Cache for up to max_length decode steps over memory [B, S, D], source_mask [B, S]."""
+        return {"source_mask": source_mask,
+                "layers": [layer.init_cache(memory, max_length) for layer in self.decoder_layers]}
+
+    def decode_step(self, token_ids: tf.Tensor, step: tf.Tensor, cache: DecoderCache,
+                    training: bool = False) -> tuple[tf.Tensor, DecoderCache]:
+        """token_ids [B] int at position `step` (START_ID at 0) -> logits [B, V] float32 for the
+        token at step + 1, and the updated cache (same structure and shapes)."""
+        x = self.target_embedding(token_ids[:, None], start_position=step)
+        x = self.embedding_dropout(x, training=training)
+        layer_caches = []
+        for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
+            x, layer_cache = layer.decode_step(x, step, layer_cache, cache["source_mask"], training)
+            layer_caches.append(layer_cache)
+        logits = self._logits(self.decoder_norm(x))[:, 0]
+        return logits, {"source_mask": cache["source_mask"], "layers": layer_caches}
+
+    def reorder_cache(self, cache: DecoderCache, indices: tf.Tensor) -> DecoderCache:
+        """Rows `indices` [B] of the self-attention caches, for beam search.
+
+        Cross-attention keys/values and the source mask are left alone: beam search only moves
+        rows between beams of one sentence, and those rows are identical there.
+        """
+        return {"source_mask": cache["source_mask"],
+                "layers": [{**layer, "self_keys": tf.gather(layer["self_keys"], indices),
+                            "self_values": tf.gather(layer["self_values"], indices)}
+                           for layer in cache["layers"]]}
+
+    def _logits(self, x: tf.Tensor) -> tf.Tensor:
+        """[B, T, d_model] -> [B, T, target_vocab] float32 (softmax-safe under float16)."""
+        if self.output_projection is None:
+            logits = self.target_embedding.logits(x)
+        else:
+            logits = self.output_projection(x)
+        return tf.cast(logits, tf.float32)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"hparams": dataclasses.asdict(self.hparams)}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Transformer:
+        return cls(HParams(**config["hparams"]))

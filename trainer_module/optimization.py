@@ -1,0 +1,105 @@
+"""Loss, metrics and optimizer of the paper (§5.3-5.4), all ignoring PAD_ID target positions.
+
+labels are target-output ids [B, T] (the target shifted left, ending in END_ID, PAD_ID after);
+logits are the model's [B, T, V] float32.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module.hparams import PAD_ID, HParams
+
+
+def _token_weights(labels: tf.Tensor) -> tf.Tensor:
+    """[B, T] float32: 1 for real target tokens, 0 for PAD_ID."""
+    return tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+
+
+def token_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
+                        label_smoothing: float = 0.0) -> tf.Tensor:
+    """Per-token cross-entropy [B, T] (PAD positions included; weight them out).
+
+    With smoothing eps the target is (1 - eps) * one_hot(label) + eps / V everywhere (as Keras'
+    CategoricalCrossentropy), i.e. (1 - eps) * NLL + eps * mean over the vocabulary of -log p.
+    """
+    logits = tf.cast(logits, tf.float32)
+    log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
+    nll = log_normalizer - tf.gather(logits, tf.cast(labels, tf.int32), batch_dims=2)
+    uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)
+    return (1.0 - label_smoothing) * nll + label_smoothing * uniform
+
+
+def masked_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
+                         label_smoothing: float = 0.0) -> tf.Tensor:
+    """Scalar: mean label-smoothed cross-entropy over the non-PAD tokens of the batch."""
+    weights = _token_weights(labels)
+    total = tf.reduce_sum(token_cross_entropy(labels, logits, label_smoothing) * weights)
+    return total / tf.maximum(tf.reduce_sum(weights), 1.0)
+
+
+class MaskedAccuracy(keras.metrics.Mean):
+    """Fraction of non-PAD target tokens whose argmax prediction is right."""
+
+    def __init__(self, name: str = "masked_accuracy", **kwargs: Any) -> None:
+        super().__init__(name=name, **kwargs)
+
+    def update_state(self, labels: tf.Tensor, logits: tf.Tensor,
+                     sample_weight: None = None) -> tf.Operation:
+        correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32),
+                           tf.cast(labels, tf.int32))
+        return super().update_state(tf.cast(correct, tf.float32),
+                                    sample_weight=_token_weights(labels))
+
+
+class Perplexity(keras.metrics.Mean):
+    """exp(mean cross-entropy without smoothing) over all non-PAD tokens seen."""
+
+    def __init__(self, name: str = "perplexity", **kwargs: Any) -> None:
+        super().__init__(name=name, **kwargs)
+
+    def update_state(self, labels: tf.Tensor, logits: tf.Tensor,
+                     sample_weight: None = None) -> tf.Operation:
+        return super().update_state(token_cross_entropy(labels, logits),
+                                    sample_weight=_token_weights(labels))
+
+    def result(self) -> tf.Tensor:
+        return tf.exp(super().result())
+
+
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (paper eq. 3).
+
+    The optimizer counts iterations from 0; the paper's step numbers start at 1, so the first
+    update already has a non-zero rate. Peak: scale * (d_model * warmup_steps)^-0.5.
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int, scale: float = 1.0) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+
+    def __call__(self, step: tf.Tensor) -> tf.Tensor:
+        step = tf.cast(step, tf.float32) + 1.0
+        return (self.scale * self.d_model ** -0.5
+                * tf.minimum(tf.math.rsqrt(step), step * self.warmup_steps ** -1.5))
+
+    def get_config(self) -> dict[str, Any]:
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
+    """Adam(0.9, 0.98, 1e-9 by default) on the warm-up schedule; loss-scaled under float16.
+
+    With mixed precision the train step must use get_scaled_loss / get_unscaled_gradients.
+    """
+    optimizer = keras.optimizers.Adam(
+        learning_rate=TransformerSchedule(
+            hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale),
+        beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon)
+    if hparams.mixed_precision:
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
