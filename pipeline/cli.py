@@ -38,6 +38,8 @@ def _add_run_parser(subparsers) -> None:
                      help="Beam pipeline argument, repeatable (default: "
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
     run.add_argument("--no-cache", action="store_true", help="re-execute every component")
+    run.add_argument("--to", dest="to_component", metavar="COMPONENT",
+                     help="stop after this component, e.g. StrictExampleValidator")
     run.set_defaults(handler=_run)
 
 
@@ -53,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)
-    local_runner.run(config)
+    local_runner.run(config, args.to_component)
     return 0
 
 

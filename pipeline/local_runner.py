@@ -5,6 +5,7 @@ import logging
 import os
 
 from tfx import v1 as tfx
+from tfx.orchestration import pipeline as tfx_pipeline
 
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -28,10 +29,13 @@ def build(config: PipelineConfig) -> tfx.dsl.Pipeline:
     )
 
 
-def run(config: PipelineConfig) -> None:
-    """Runs every component in order; completed components are reused from the cache."""
+def run(config: PipelineConfig, to_component: str | None = None) -> None:
+    """Runs the components in order (up to `to_component` if given); unchanged ones are cached."""
     os.makedirs(config.pipeline_root, exist_ok=True)
-    _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s).",
-                 config.pipeline_name, config.data_path, config.pipeline_root,
-                 config.metadata_path)
-    tfx.orchestration.LocalDagRunner().run(build(config))
+    _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s)%s.",
+              config.pipeline_name, config.data_path, config.pipeline_root,
+              config.metadata_path, f", up to {to_component}" if to_component else "")
+    run_options = None
+    if to_component:
+        run_options = tfx_pipeline.RunOptions(to_nodes=[to_component])
+    tfx.orchestration.LocalDagRunner().run(build(config), run_options=run_options)

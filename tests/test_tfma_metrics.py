@@ -360,7 +360,7 @@ def _failures(validation):
 def _metrics_by_slice(output_path):
   result = {}
   for metrics_for_slice in tfma.load_metrics(output_path):
-    slice_key = tuple((c.feature_key, c.bytes_value.decode())
+    slice_key = tuple((c.column, c.bytes_value.decode())
                       for c in metrics_for_slice.slice_key.single_slice_keys)
     for kv in metrics_for_slice.metric_keys_and_values:
       key = (kv.key.name, kv.key.model_name, kv.key.is_diff)

@@ -1,0 +1,77 @@
+"""Runs the data half (ExampleGen .. StrictExampleValidator) on a fra.txt and checks it.
+
+Usage: python benchmarks/data_half.py --data ../shared/data/fra-eng/fra.txt [--beam-arg ...]
+Prints wall time, example/pair counts, split sizes vs. the configured ratios and the
+English sentences shared between splits (must be 0), as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import ml_metadata as mlmd
+import tensorflow as tf
+from ml_metadata.proto import metadata_store_pb2
+
+SPLITS = ("train", "eval", "test")
+
+
+def english_by_split(examples_uri: str) -> dict[str, list[bytes]]:
+    result = {}
+    for split in SPLITS:
+        files = tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*"))
+        result[split] = [tf.train.Example.FromString(r.numpy()).features.feature["english"]
+                         .bytes_list.value[0]
+                         for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--split", default="80,10,10")
+    parser.add_argument("--beam-arg", action="append", default=[])
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="nmt_data_half_")
+    command = [sys.executable, "-m", "pipeline.cli", "run", "--data", args.data,
+               "--pipeline-root", root, "--split", args.split, "--to", "StrictExampleValidator",
+               *[f"--beam-arg={a}" for a in args.beam_arg]]
+    start = time.time()
+    subprocess.run(command, check=True)
+    wall_s = time.time() - start
+
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = os.path.join(root, "metadata.sqlite")
+    examples = mlmd.MetadataStore(config).get_artifacts_by_type("Examples")[-1]
+    report = json.loads(examples.custom_properties["parse_report"].string_value)
+    english = english_by_split(examples.uri)
+    total = sum(len(v) for v in english.values())
+    ratios = [int(p) for p in args.split.split(",")]
+    sets = {split: set(v) for split, v in english.items()}
+    print(json.dumps({
+        "command": " ".join(command[1:]),
+        "wall_time_s": round(wall_s, 1),
+        "lines_read": report["lines_read"],
+        "pairs_kept": report["pairs_kept"],
+        "lines_rejected": report["lines_rejected"],
+        "kept_plus_rejected": report["pairs_kept"] + report["lines_rejected"],
+        "examples": total,
+        "distinct_english": len(set().union(*sets.values())),
+        "split_sizes": {s: len(v) for s, v in english.items()},
+        "split_percent": {s: round(100 * len(v) / total, 2) for s, v in english.items()},
+        "max_deviation_points": round(max(abs(100 * len(english[s]) / total - r)
+                                          for s, r in zip(SPLITS, ratios)), 2),
+        "english_shared_between_splits": sum(
+            len(sets[a] & sets[b]) for a, b in (("train", "eval"), ("train", "test"),
+                                                ("eval", "test"))),
+        "input_sha256": report["input"]["sha256"],
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
