@@ -1,7 +1,6 @@
 """CorpusBleu / CorpusChrf: exact sacreBLEU parity, mergeable accumulators, real TFMA runs."""
 from __future__ import annotations
 
-import os
 import pickle
 import random
 
