@@ -37,6 +37,11 @@ def _add_run_parser(subparsers) -> None:
     run.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
                      help="Beam pipeline argument, repeatable (default: "
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
+    run.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "base"],
+                     help="model/training profile: smoke (seconds, CI), cpu (default), "
+                          "base (the paper's base model, for a GPU)")
+    run.add_argument("--train-steps", type=int, default=None,
+                     help="training steps (default: the profile's)")
     run.add_argument("--no-cache", action="store_true", help="re-execute every component")
     run.add_argument("--to", dest="to_component", metavar="COMPONENT",
                      help="stop after this component, e.g. StrictExampleValidator")
@@ -53,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
     config = config_lib.PipelineConfig(
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
+        profile=args.profile, train_steps=args.train_steps,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)
     local_runner.run(config, args.to_component)

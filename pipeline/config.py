@@ -27,6 +27,8 @@ class PipelineConfig:
     schema_file: str = SCHEMA_FILE
     split_percentages: tuple[int, int, int] = (80, 10, 10)
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
+    profile: str = "cpu"  # hyperparameters by name: smoke (CI), cpu, base (GPU)
+    train_steps: int | None = None  # None: the profile's
     beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
     enable_cache: bool = True
 
@@ -42,3 +44,8 @@ class PipelineConfig:
     @property
     def metadata_path(self) -> str:
         return os.path.join(self.pipeline_root, "metadata.sqlite")
+
+    @property
+    def checkpoint_root(self) -> str:
+        """Training checkpoints live outside any one execution, so a re-run can resume."""
+        return os.path.join(self.pipeline_root, "checkpoints")

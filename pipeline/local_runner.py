@@ -22,6 +22,9 @@ def build(config: PipelineConfig) -> tfx.dsl.Pipeline:
         schema_file=config.schema_file,
         split_percentages=config.split_percentages,
         max_line_bytes=config.max_line_bytes,
+        profile=config.profile,
+        train_steps=config.train_steps,
+        checkpoint_root=config.checkpoint_root,
         beam_pipeline_args=config.beam_pipeline_args,
         enable_cache=config.enable_cache,
         metadata_connection_config=tfx.orchestration.metadata

@@ -9,6 +9,9 @@ from tfx import v1 as tfx
 from components.fra_example_gen import FraTxtExampleGen
 from components.strict_example_validator import StrictExampleValidator
 
+PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
+RUN_FN = "trainer_module.task.run_fn"
+
 
 def create_pipeline(
     pipeline_name: str,
@@ -18,11 +21,15 @@ def create_pipeline(
     schema_file: str,
     split_percentages: Sequence[int],
     max_line_bytes: int,
+    profile: str,
+    train_steps: int | None,
+    checkpoint_root: str | None,
     beam_pipeline_args: Sequence[str],
     enable_cache: bool = True,
     metadata_connection_config: metadata_store_pb2.ConnectionConfig | None = None,
 ) -> tfx.dsl.Pipeline:
-    """fra.txt -> ExampleGen -> StatisticsGen -> schema -> ExampleValidator."""
+    """fra.txt -> ExampleGen -> StatisticsGen -> schema -> ExampleValidator -> Transform
+    -> Trainer."""
     example_gen = FraTxtExampleGen(input_base=data_root, file_pattern=data_file_pattern,
                                    split_percentages=split_percentages,
                                    max_line_bytes=max_line_bytes)
@@ -30,10 +37,23 @@ def create_pipeline(
     schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
     example_validator = StrictExampleValidator(statistics=statistics_gen.outputs["statistics"],
                                                schema=schema_gen.outputs["schema"])
+    transform = tfx.components.Transform(
+        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
+        preprocessing_fn=PREPROCESSING_FN, custom_config={"profile": profile})
+    transform.add_upstream_node(example_validator)  # never transform data that failed validation
+    trainer = tfx.components.Trainer(
+        run_fn=RUN_FN,
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema_gen.outputs["schema"],
+        train_args=tfx.proto.TrainArgs(num_steps=train_steps or 0),
+        eval_args=tfx.proto.EvalArgs(num_steps=0),
+        custom_config={"profile": profile, "checkpoint_root": checkpoint_root})
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=pipeline_root,
-        components=[example_gen, statistics_gen, schema_gen, example_validator],
+        components=[example_gen, statistics_gen, schema_gen, example_validator, transform,
+                    trainer],
         enable_cache=enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=list(beam_pipeline_args),

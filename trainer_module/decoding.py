@@ -137,9 +137,10 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
     def body(step, alive_tokens, alive_log_probs, alive_last, cache,
              finished_tokens, finished_scores, finished_count, done):
         logits, cache = model.decode_step(tf.reshape(alive_last, [-1]), step, cache)
-        vocab_size = tf.shape(logits)[-1]
-        log_probs = tf.reshape(_next_token_log_probs(logits), [batch_size, beam_width, vocab_size])
-        extended = tf.reshape(alive_log_probs[:, :, None] + log_probs, [batch_size, -1])
+        vocab_size = logits.shape[-1]  # static, so reshapes keep the loop's static shapes
+        log_probs = tf.reshape(_next_token_log_probs(logits), [-1, beam_width, vocab_size])
+        extended = tf.reshape(alive_log_probs[:, :, None] + log_probs,
+                              [-1, beam_width * vocab_size])
         candidate_log_probs, flat_index = tf.math.top_k(extended, k=candidates)  # [B, 2K]
         parent, token = flat_index // vocab_size, flat_index % vocab_size
         candidate_tokens = _write_at(tf.gather(alive_tokens, parent, batch_dims=1), token, step)

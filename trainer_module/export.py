@@ -1,0 +1,102 @@
+"""The SavedModel that Pusher ships: raw English strings in, French strings out.
+
+The Transform graph (normalization + vocabulary) and the decoders are inside it, so serving
+needs no Python preprocessing; loading needs only TensorFlow and `import tensorflow_text`.
+Signatures:
+  serving_default(english: string [B]) -> translation [B], token_ids [B, L], score [B]
+  beam_search(english: string [B])     -> the same, with beam search
+  translate_examples(examples: serialized tf.Example [B]) -> translation   (TFMA's input)
+  transform_features(examples: serialized tf.Example [B]) -> english_length_bucket (slicing)
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from trainer_module import decoding
+from trainer_module.hparams import END_ID, PAD_ID, HParams
+from trainer_module.model import Transformer
+from trainer_module.preprocessing import (ENGLISH, LENGTH_BUCKET, RESERVED_TOKENS, SOURCE_IDS,
+                                          TARGET_VOCAB, detokenize)
+
+SERVING_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
+EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE = "translate_examples", "transform_features"
+TRANSLATION = "translation"
+
+
+def target_tokens(tf_transform_output: tft.TFTransformOutput) -> list[bytes]:
+    """Id -> French token: the reserved tokens, then Transform's vocabulary file."""
+    return [t.encode() for t in RESERVED_TOKENS] + list(
+        tf_transform_output.vocabulary_by_name(TARGET_VOCAB))
+
+
+class Translator(tf.Module):
+    """Everything serving needs, tracked so tf.saved_model.save captures it."""
+
+    def __init__(self, model: Transformer, tf_transform_output: tft.TFTransformOutput,
+                 hparams: HParams) -> None:
+        super().__init__()
+        self.model = model
+        self.hparams = hparams
+        self.tft_layer = tf_transform_output.transform_features_layer()
+        self.target_tokens = tf.constant(target_tokens(tf_transform_output))
+        self._english_spec = {ENGLISH: tf_transform_output.raw_feature_spec()[ENGLISH]}
+
+    def source_ids(self, english: tf.Tensor) -> tf.Tensor:
+        """[B] raw sentences -> [B, S] int32 ids, PAD_ID-padded, cut at max_source_length."""
+        features = self.tft_layer({ENGLISH: tf.reshape(english, [-1, 1])})
+        ids = features[SOURCE_IDS][:, :self.hparams.max_source_length]
+        return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32)
+
+    def translate(self, english: tf.Tensor, beam: bool = False) -> dict[str, tf.Tensor]:
+        source_ids = self.source_ids(english)
+        max_length = decoding.max_decode_length(source_ids, self.hparams)
+        if beam:
+            token_ids, score = decoding.beam_search_decode(
+                self.model, source_ids, max_length, self.hparams.beam_width,
+                self.hparams.beam_alpha)
+        else:
+            token_ids, score = decoding.greedy_decode(self.model, source_ids, max_length)
+        # An input with no tokens (empty or whitespace) translates to the empty string.
+        has_input = tf.reduce_any(tf.not_equal(source_ids, PAD_ID), axis=1)
+        token_ids = tf.where(has_input[:, None], token_ids, PAD_ID)
+        return {TRANSLATION: self.to_text(token_ids), "token_ids": token_ids,
+                "score": tf.where(has_input, score, 0.0)}
+
+    def to_text(self, token_ids: tf.Tensor) -> tf.Tensor:
+        """[B, L] ids -> [B] French sentences (up to the first END_ID, PAD dropped)."""
+        ended = tf.cumsum(tf.cast(tf.equal(token_ids, END_ID), tf.int32), axis=1, exclusive=True)
+        keep = tf.equal(ended, 0) & tf.not_equal(token_ids, PAD_ID) & tf.not_equal(token_ids, END_ID)
+        words = tf.ragged.boolean_mask(tf.gather(self.target_tokens, token_ids), keep)
+        return detokenize(words)
+
+    def parse_english(self, examples: tf.Tensor) -> tf.Tensor:
+        return tf.reshape(tf.io.parse_example(examples, self._english_spec)[ENGLISH], [-1])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=ENGLISH)])
+    def serve_greedy(self, english):
+        return self.translate(english)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=ENGLISH)])
+    def serve_beam(self, english):
+        return self.translate(english, beam=True)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve_examples(self, examples):
+        return {TRANSLATION: self.translate(self.parse_english(examples))[TRANSLATION]}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve_transform_features(self, examples):
+        features = self.tft_layer({ENGLISH: tf.reshape(self.parse_english(examples), [-1, 1])})
+        return {LENGTH_BUCKET: features[LENGTH_BUCKET]}
+
+
+def export_translator(model: Transformer, tf_transform_output: tft.TFTransformOutput,
+                      hparams: HParams, export_dir: str) -> None:
+    translator = Translator(model, tf_transform_output, hparams)
+    tf.saved_model.save(translator, export_dir, signatures={
+        SERVING_SIGNATURE: translator.serve_greedy,
+        BEAM_SIGNATURE: translator.serve_beam,
+        EXAMPLES_SIGNATURE: translator.serve_examples,
+        TRANSFORM_SIGNATURE: translator.serve_transform_features,
+    })
