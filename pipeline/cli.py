@@ -42,6 +42,12 @@ def _add_run_parser(subparsers) -> None:
                           "base (the paper's base model, for a GPU)")
     run.add_argument("--train-steps", type=int, default=None,
                      help="training steps (default: the profile's)")
+    run.add_argument("--min-bleu", type=float, default=None,
+                     help="bless only models with at least this BLEU (default per profile: "
+                          + ", ".join(f"{k} {v}" for k, v in config_lib.MIN_BLEU.items()) + ")")
+    run.add_argument("--max-metric-drop", type=float, default=config_lib.DEFAULT_MAX_METRIC_DROP,
+                     help="bless only if BLEU and chrF are at most this many points below the "
+                          "latest blessed model")
     run.add_argument("--no-cache", action="store_true", help="re-execute every component")
     run.add_argument("--to", dest="to_component", metavar="COMPONENT",
                      help="stop after this component, e.g. StrictExampleValidator")
@@ -58,7 +64,8 @@ def _run(args: argparse.Namespace) -> int:
     config = config_lib.PipelineConfig(
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
-        profile=args.profile, train_steps=args.train_steps,
+        profile=args.profile, train_steps=args.train_steps, min_bleu=args.min_bleu,
+        max_metric_drop=args.max_metric_drop,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)
     local_runner.run(config, args.to_component)

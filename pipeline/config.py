@@ -14,6 +14,13 @@ PIPELINE_ROOT_ENV = "NMT_PIPELINE_ROOT"
 DEFAULT_BEAM_ARGS = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
 
 
+# The Evaluator blesses a model with at least this corpus BLEU on the eval split (per profile;
+# the smoke model learns too little for BLEU to mean anything).
+MIN_BLEU = {"smoke": 0.0, "cpu": 10.0, "base": 25.0}
+# ... and no more than this many BLEU/chrF points below the latest blessed model.
+DEFAULT_MAX_METRIC_DROP = 1.0
+
+
 def default_pipeline_root() -> str:
     """Under the user's working directory (or $NMT_PIPELINE_ROOT), never inside the package."""
     return os.environ.get(PIPELINE_ROOT_ENV) or os.path.join(os.getcwd(), "nmt_runs")
@@ -29,6 +36,8 @@ class PipelineConfig:
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
     profile: str = "cpu"  # hyperparameters by name: smoke (CI), cpu, base (GPU)
     train_steps: int | None = None  # None: the profile's
+    min_bleu: float | None = None  # None: MIN_BLEU[profile]
+    max_metric_drop: float = DEFAULT_MAX_METRIC_DROP
     beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
     enable_cache: bool = True
 
@@ -49,3 +58,12 @@ class PipelineConfig:
     def checkpoint_root(self) -> str:
         """Training checkpoints live outside any one execution, so a re-run can resume."""
         return os.path.join(self.pipeline_root, "checkpoints")
+
+    @property
+    def serving_dir(self) -> str:
+        """Where Pusher publishes versions (TF Serving's layout) and `nmt translate` looks."""
+        return os.path.join(self.pipeline_root, "serving", self.pipeline_name)
+
+    @property
+    def bleu_threshold(self) -> float:
+        return MIN_BLEU[self.profile] if self.min_bleu is None else self.min_bleu

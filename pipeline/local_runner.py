@@ -25,6 +25,9 @@ def build(config: PipelineConfig) -> tfx.dsl.Pipeline:
         profile=config.profile,
         train_steps=config.train_steps,
         checkpoint_root=config.checkpoint_root,
+        min_bleu=config.bleu_threshold,
+        max_metric_drop=config.max_metric_drop,
+        serving_dir=config.serving_dir,
         beam_pipeline_args=config.beam_pipeline_args,
         enable_cache=config.enable_cache,
         metadata_connection_config=tfx.orchestration.metadata

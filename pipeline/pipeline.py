@@ -6,8 +6,10 @@ from typing import Sequence
 from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 
+from components.atomic_pusher import AtomicPusher
 from components.fra_example_gen import FraTxtExampleGen
 from components.strict_example_validator import StrictExampleValidator
+from pipeline.eval_config import make_eval_config
 
 PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
 RUN_FN = "trainer_module.task.run_fn"
@@ -24,12 +26,15 @@ def create_pipeline(
     profile: str,
     train_steps: int | None,
     checkpoint_root: str | None,
+    min_bleu: float,
+    max_metric_drop: float,
+    serving_dir: str,
     beam_pipeline_args: Sequence[str],
     enable_cache: bool = True,
     metadata_connection_config: metadata_store_pb2.ConnectionConfig | None = None,
 ) -> tfx.dsl.Pipeline:
     """fra.txt -> ExampleGen -> StatisticsGen -> schema -> ExampleValidator -> Transform
-    -> Trainer."""
+    -> Trainer -> Evaluator (against the latest blessed model) -> Pusher."""
     example_gen = FraTxtExampleGen(input_base=data_root, file_pattern=data_file_pattern,
                                    split_percentages=split_percentages,
                                    max_line_bytes=max_line_bytes)
@@ -49,11 +54,24 @@ def create_pipeline(
         train_args=tfx.proto.TrainArgs(num_steps=train_steps or 0),
         eval_args=tfx.proto.EvalArgs(num_steps=0),
         custom_config={"profile": profile, "checkpoint_root": checkpoint_root})
+    latest_blessed_model = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id("latest_blessed_model_resolver")
+    evaluator = tfx.components.Evaluator(
+        examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
+        baseline_model=latest_blessed_model.outputs["model"],
+        eval_config=make_eval_config(min_bleu, max_metric_drop))
+    pusher = AtomicPusher(
+        model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_dir)))
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=pipeline_root,
         components=[example_gen, statistics_gen, schema_gen, example_validator, transform,
-                    trainer],
+                    trainer, latest_blessed_model, evaluator, pusher],
         enable_cache=enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=list(beam_pipeline_args),

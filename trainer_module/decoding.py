@@ -116,11 +116,11 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
                        beam_width: int, alpha: float) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search with the key/value cache; returns the best hypothesis per sentence.
 
-    Each step ranks the 2 * beam_width best extensions by log-probability. As in fairseq, an
-    extension ending in END_ID (or reaching the sentence's limit) is finished if it ranks within
-    the first beam_width; the beam_width best unfinished ones go on. A sentence is done once
-    beam_width hypotheses have finished (or at its limit), and its answer is the finished one with
-    the best score log_prob / length_penalty. With beam_width=1 this is exactly greedy decoding.
+    Each step ranks the 2 * beam_width best extensions by log-probability. An extension ending in
+    END_ID (or reaching the sentence's limit) is finished if it ranks within the first beam_width;
+    the beam_width best unfinished ones go on. As in OpenNMT-py, a sentence is done once its best
+    extension ends (or at its limit); its answer is the finished hypothesis with the best score
+    log_prob / length_penalty. With beam_width=1 this is exactly greedy decoding.
 
     Returns token_ids [B, L] int32 and scores [B] float32 (length-normalized log-probability;
     the plain sum when alpha is 0).
@@ -135,7 +135,7 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
     first_rank = tf.range(candidates) < beam_width
 
     def body(step, alive_tokens, alive_log_probs, alive_last, cache,
-             finished_tokens, finished_scores, finished_count, done):
+             finished_tokens, finished_scores, done):
         logits, cache = model.decode_step(tf.reshape(alive_last, [-1]), step, cache)
         vocab_size = logits.shape[-1]  # static, so reshapes keep the loop's static shapes
         log_probs = tf.reshape(_next_token_log_probs(logits), [-1, beam_width, vocab_size])
@@ -153,7 +153,6 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
         finished_scores, keep = tf.math.top_k(tf.concat([finished_scores, scores], 1), beam_width)
         finished_tokens = tf.gather(tf.concat([finished_tokens, candidate_tokens], 1), keep,
                                     batch_dims=1)
-        finished_count += tf.reduce_sum(tf.cast(finishing, tf.int32), axis=1)
 
         alive_log_probs, keep = tf.math.top_k(
             tf.where(ends, _NEG_INF, candidate_log_probs), beam_width)
@@ -161,9 +160,9 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
         alive_last = tf.gather(token, keep, batch_dims=1)
         rows = tf.gather(parent, keep, batch_dims=1) + tf.range(batch_size)[:, None] * beam_width
         cache = model.reorder_cache(cache, tf.reshape(rows, [-1]))
-        done |= (finished_count >= beam_width) | at_limit
+        done |= ends[:, 0] | at_limit
         return (step + 1, alive_tokens, alive_log_probs, alive_last, cache,
-                finished_tokens, finished_scores, finished_count, done)
+                finished_tokens, finished_scores, done)
 
     def cond(step, *state):
         return (step < loop_length) & ~tf.reduce_all(state[-1])
@@ -171,8 +170,7 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
     # Only the first beam is live at the start, so the beams do not all repeat one hypothesis.
     initial_log_probs = tf.tile([[0.0] + [_NEG_INF] * (beam_width - 1)], [batch_size, 1])
     empty = tf.zeros([batch_size, beam_width, loop_length], tf.int32)
-    step, *_, finished_tokens, finished_scores, _, _ = tf.while_loop(cond, body, (
+    step, *_, finished_tokens, finished_scores, _ = tf.while_loop(cond, body, (
         tf.constant(0), empty, initial_log_probs, tf.fill([batch_size, beam_width], START_ID),
-        cache, empty, tf.fill([batch_size, beam_width], _NEG_INF),
-        tf.zeros([batch_size], tf.int32), limits <= 0))
+        cache, empty, tf.fill([batch_size, beam_width], _NEG_INF), limits <= 0))
     return finished_tokens[:, 0, :step], finished_scores[:, 0]

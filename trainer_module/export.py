@@ -10,6 +10,8 @@ Signatures:
 """
 from __future__ import annotations
 
+import logging
+
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -94,9 +96,12 @@ class Translator(tf.Module):
 def export_translator(model: Transformer, tf_transform_output: tft.TFTransformOutput,
                       hparams: HParams, export_dir: str) -> None:
     translator = Translator(model, tf_transform_output, hparams)
-    tf.saved_model.save(translator, export_dir, signatures={
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level  # tf.saved_model.save raises it to WARNING as a side effect,
+    tf.saved_model.save(translator, export_dir, signatures={  # which would hide TFX's progress
         SERVING_SIGNATURE: translator.serve_greedy,
         BEAM_SIGNATURE: translator.serve_beam,
         EXAMPLES_SIGNATURE: translator.serve_examples,
         TRANSFORM_SIGNATURE: translator.serve_transform_features,
     })
+    absl_logger.setLevel(level)

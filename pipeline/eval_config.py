@@ -1,0 +1,33 @@
+"""What the Evaluator measures and when it blesses a model."""
+from __future__ import annotations
+
+import tensorflow_model_analysis as tfma
+
+from trainer_module.export import EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE, TRANSLATION
+from trainer_module.preprocessing import FRENCH, LENGTH_BUCKET
+
+METRICS_MODULE = "components.tfma_metrics"
+
+
+def make_eval_config(min_bleu: float, max_drop: float) -> tfma.EvalConfig:
+    """Corpus BLEU/chrF (sacreBLEU-exact) on the eval split, overall and by English length.
+
+    Blessing: BLEU >= min_bleu, and neither BLEU nor chrF more than `max_drop` points below
+    the latest blessed model (the first run, with no baseline, is judged on BLEU alone).
+    """
+    not_worse = tfma.GenericChangeThreshold(direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+                                            absolute={"value": -max_drop})
+    return tfma.EvalConfig(
+        model_specs=[tfma.ModelSpec(signature_name=EXAMPLES_SIGNATURE, label_key=FRENCH,
+                                    prediction_key=TRANSLATION,
+                                    preprocessing_function_names=[TRANSFORM_SIGNATURE])],
+        slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=[LENGTH_BUCKET])],
+        metrics_specs=[tfma.MetricsSpec(metrics=[
+            tfma.MetricConfig(class_name="CorpusBleu", module=METRICS_MODULE,
+                              threshold=tfma.MetricThreshold(
+                                  value_threshold=tfma.GenericValueThreshold(
+                                      lower_bound={"value": min_bleu}),
+                                  change_threshold=not_worse)),
+            tfma.MetricConfig(class_name="CorpusChrf", module=METRICS_MODULE,
+                              threshold=tfma.MetricThreshold(change_threshold=not_worse)),
+        ])])

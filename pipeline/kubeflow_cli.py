@@ -1,0 +1,258 @@
+"""`nmt kubeflow compile|submit|schedule`: the same pipeline on Kubeflow Pipelines.
+
+`compile` writes a KFP v2 pipeline spec (YAML); `submit` and `schedule` upload it to a KFP API
+(compiling first unless given --package) and start one run or a recurring run.
+TFX and the KFP SDK load only when a command runs, so `nmt --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from typing import Iterator
+
+from pipeline import config as config_lib
+from trainer_module import hparams
+
+_KFP_ENDPOINT_ENV = "KF_PIPELINES_ENDPOINT"  # kfp.Client's own variables
+_KFP_UI_ENDPOINT_ENV = "KF_PIPELINES_UI_ENDPOINT"
+_MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                 "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+class _UsageError(ValueError):
+    """The flags do not make a command (exit status 2, as for argparse's own errors)."""
+
+
+class _Failure(RuntimeError):
+    """The command could not do its job (exit status 1); the message says why."""
+
+
+def _cpu_millicores(text: str) -> int:
+    """Kubernetes CPU quantity: 8, 0.5 or 500m."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text)
+    millicores = round(float(match[1]) * (1 if match[2] else 1000)) if match else 0
+    if millicores <= 0:
+        raise argparse.ArgumentTypeError(f"expected cores, e.g. 8, 0.5 or 500m, got {text!r}")
+    return millicores
+
+
+def _memory_bytes(text: str) -> int:
+    """Kubernetes memory quantity: 32G, 30Gi, 512Mi..."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]i?)?", text)
+    size = round(float(match[1]) * _MEMORY_UNITS[match[2] or ""]) if match else 0
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"expected a size, e.g. 32G or 30Gi, got {text!r}")
+    return size
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(text)
+
+
+def _yaml_path(text: str) -> str:
+    if not text.endswith((".yaml", ".yml")):
+        raise argparse.ArgumentTypeError(f"kfp.Client uploads YAML: use a .yaml name, got {text!r}")
+    return text
+
+
+def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("compiling")
+    actions = [
+        group.add_argument("--image", help="container image with this package (see the "
+                           "Dockerfile), e.g. us-docker.pkg.dev/PROJECT/nmt/nmt-fra-eng:1"),
+        group.add_argument("--data", help="fra.txt where the cluster can read it, e.g. "
+                           "gs://BUCKET/fra-eng/fra.txt; its directory is the default of the "
+                           "data_root runtime parameter"),
+        group.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME),
+        group.add_argument("--profile", default=config_lib.PipelineConfig.profile,
+                           choices=sorted(hparams.PROFILES), help="model/training profile"),
+        group.add_argument("--train-steps", type=int, default=None,
+                           help="training steps (default: the profile's)"),
+        group.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
+                           help="Beam argument for Transform, StatisticsGen..., repeatable, e.g. "
+                                "--beam-arg=--runner=DataflowRunner (default: "
+                                + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")"),
+        group.add_argument("--trainer-gpus", type=_count, default=0,
+                           help="GPUs for the Trainer's container (default 0)"),
+        group.add_argument("--trainer-gpu-type", default=None,
+                           help="accelerator type: the Kubernetes resource name on KFP "
+                                "(default nvidia.com/gpu), e.g. NVIDIA_TESLA_T4 on Vertex AI"),
+        group.add_argument("--trainer-cpu", type=_cpu_millicores, default=None,
+                           help="CPU limit of the Trainer's container, e.g. 8 or 500m"),
+        group.add_argument("--trainer-memory", type=_memory_bytes, default=None,
+                           help="memory limit of the Trainer's container, e.g. 32G or 30Gi"),
+    ]
+    parser.set_defaults(compile_actions=actions)
+
+
+def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("KFP endpoint (kfp.Client options)")
+    group.add_argument("--host", default=os.environ.get(_KFP_ENDPOINT_ENV),
+                       help=f"KFP API address, e.g. http://localhost:8080 after `kubectl "
+                            f"port-forward svc/ml-pipeline-ui 8080:80` (default ${_KFP_ENDPOINT_ENV})")
+    group.add_argument("--ui-host", default=os.environ.get(_KFP_UI_ENDPOINT_ENV),
+                       help=f"UI address for the printed links (default ${_KFP_UI_ENDPOINT_ENV}, "
+                            "else --host)")
+    group.add_argument("--namespace", help="your profile namespace on multi-user Kubeflow")
+    group.add_argument("--existing-token", help="bearer token, e.g. $(gcloud auth "
+                                                "print-access-token)")
+    group.add_argument("--cookies", help="cookie header, e.g. authservice_session=...")
+    group.add_argument("--sa-token-path", help="service-account token file (in-cluster "
+                                               "multi-user: /var/run/secrets/kubeflow/pipelines/token)")
+    parser.add_argument("--experiment", default=config_lib.PIPELINE_NAME,
+                        help="experiment to run in, created if missing (default %(default)s)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="runtime parameter value, repeatable, e.g. "
+                             "data_root=gs://BUCKET/fra-eng-2025-06")
+    parser.add_argument("--name", help="display name of the run or recurring run")
+    parser.add_argument("--package", type=_yaml_path,
+                        help="upload this compiled pipeline instead of compiling one")
+
+
+def add_kubeflow_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds `kubeflow compile|submit|schedule` to the `nmt` parser."""
+    kubeflow = subparsers.add_parser("kubeflow", help="compile for, run or schedule on Kubeflow "
+                                     "Pipelines", description=__doc__)
+    commands = kubeflow.add_subparsers(dest="kubeflow_command", required=True)
+
+    compile_ = commands.add_parser("compile", help="write the KFP v2 pipeline spec (YAML)")
+    _add_compile_flags(compile_)
+    compile_.add_argument("--pipeline-root", help="where runs write artifacts, e.g. "
+                          "gs://BUCKET/nmt or s3://BUCKET/nmt: the spec's default pipeline root")
+    compile_.add_argument("--output", type=_yaml_path, default="pipeline.yaml",
+                          help="the YAML to write (default ./pipeline.yaml; do not commit it)")
+    compile_.set_defaults(handler=_compile)
+
+    _add_start_parser(commands, "submit", "upload the pipeline and start one run").set_defaults(
+        handler=_submit)
+    schedule = _add_start_parser(commands, "schedule",
+                                 "upload the pipeline and create a recurring run")
+    schedule.add_argument(
+        "--cron", required=True,
+        help='when, as 5-field cron in the cluster\'s time zone (usually UTC), e.g. "0 3 * * *" '
+             'for 03:00 daily; passed to KFP as 6-field cron with seconds ("0 0 3 * * *")')
+    schedule.set_defaults(handler=_schedule)
+
+
+def _add_start_parser(commands: argparse._SubParsersAction, name: str,
+                      help_text: str) -> argparse.ArgumentParser:
+    """submit and schedule: compile flags (or --package), then the KFP endpoint."""
+    command = commands.add_parser(name, help=help_text)
+    _add_compile_flags(command)
+    command.add_argument("--pipeline-root", help="pipeline root: compiled in, or with --package "
+                         "this run's override of the compiled default")
+    _add_endpoint_flags(command)
+    return command
+
+
+def _resources(args: argparse.Namespace):
+    from pipeline import kubeflow_runner
+
+    return kubeflow_runner.Resources(
+        gpus=args.trainer_gpus, gpu_type=args.trainer_gpu_type or kubeflow_runner.DEFAULT_GPU_TYPE,
+        cpu_millicores=args.trainer_cpu, memory_bytes=args.trainer_memory)
+
+
+def _compile_to(args: argparse.Namespace, output_path: str):
+    """Compiles from the flags; returns the PipelineSpec written to output_path."""
+    from pipeline import kubeflow_runner  # heavy (TFX, TF): only when needed
+
+    missing = [flag for flag, value in (("--image", args.image), ("--data", args.data),
+                                        ("--pipeline-root", args.pipeline_root)) if not value]
+    if missing:
+        raise _UsageError(f"compiling needs {', '.join(missing)}")
+    config = config_lib.PipelineConfig(
+        data_path=args.data, pipeline_name=args.pipeline_name, pipeline_root=args.pipeline_root,
+        schema_file=kubeflow_runner.IMAGE_SCHEMA_FILE, profile=args.profile,
+        train_steps=args.train_steps,
+        beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS))
+    try:
+        return kubeflow_runner.compile_pipeline(config, args.image, output_path, _resources(args))
+    except kubeflow_runner.ComponentNotFoundError as err:
+        raise _Failure(str(err)) from None
+
+
+@contextlib.contextmanager
+def _package_path(args: argparse.Namespace) -> Iterator[str]:
+    """--package as is, or the pipeline compiled from the flags into a temporary file."""
+    if args.package:
+        compile_only = [action.option_strings[0] for action in args.compile_actions
+                        if getattr(args, action.dest) != action.default]
+        if compile_only:
+            raise _UsageError(f"{', '.join(compile_only)} only apply when compiling; "
+                              "--package is uploaded as it was compiled")
+        yield args.package
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "pipeline.yaml")
+        _compile_to(args, path)
+        yield path
+
+
+def _reported(command) -> int:
+    """Runs the command; expected failures become one `nmt: error:` line and an exit status."""
+    from pipeline.kfp_client import KfpError
+
+    try:
+        return command()
+    except _UsageError as err:
+        print(f"nmt kubeflow: error: {err}", file=sys.stderr)
+        return 2
+    except (_Failure, KfpError) as err:
+        print(f"nmt kubeflow: error: {err}", file=sys.stderr)
+        return 1
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    def command() -> int:
+        spec = _compile_to(args, args.output)
+        defaults = ", ".join(f"{name}={json_format.MessageToDict(p.default_value)}"
+                             for name, p in spec.root.input_definitions.parameters.items())
+        print(f"Wrote {args.output}: pipeline {spec.pipeline_info.name}, image {args.image}, "
+              f"pipeline root {spec.default_pipeline_root}; runtime parameters: {defaults}")
+        return 0
+    return _reported(command)
+
+
+def _start(args: argparse.Namespace, recurring: bool) -> int:
+    """Shared by submit and schedule: package, endpoint, parameters; then one call."""
+    from pipeline import kfp_client
+
+    def command() -> int:
+        if not args.host:
+            raise _UsageError(f"--host is required (or set {_KFP_ENDPOINT_ENV})")
+        endpoint = kfp_client.Endpoint(
+            host=args.host, namespace=args.namespace, existing_token=args.existing_token,
+            cookies=args.cookies, sa_token_path=args.sa_token_path, ui_host=args.ui_host)
+        with _package_path(args) as path:
+            package = kfp_client.Package.read(path)
+            params = kfp_client.parameter_values(package, args.param)
+            if recurring:
+                started = kfp_client.schedule(endpoint, package, args.experiment, params,
+                                              args.cron, args.name, args.pipeline_root)
+            else:
+                started = kfp_client.submit(endpoint, package, args.experiment, params,
+                                            args.name, args.pipeline_root)
+        version_link = endpoint.link(
+            f"pipelines/details/{started.pipeline_id}/version/{started.version_id}")
+        print(f"Uploaded pipeline {package.name}, version {started.version_id}: {version_link}")
+        what = f"Recurring run (cron {kfp_client.kfp_cron(args.cron)!r})" if recurring else "Run"
+        print(f"{what} {started.id} in experiment {args.experiment}: {started.link}")
+        return 0
+    return _reported(command)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    return _start(args, recurring=False)
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    return _start(args, recurring=True)
