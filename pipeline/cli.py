@@ -11,6 +11,7 @@ import sys
 from pipeline import config as config_lib
 from components.strict_example_validator import DataValidationError
 from pipeline import data_source, logs
+from pipeline.translate import TranslateError
 
 
 def _split_percentages(text: str) -> tuple[int, int, int]:
@@ -72,11 +73,43 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_translate_parser(subparsers) -> None:
+    translate = subparsers.add_parser(
+        "translate", help="translate English sentences (arguments, or lines on stdin)")
+    translate.add_argument("sentences", nargs="*",
+                           help="English sentences; without any, one per line from stdin")
+    translate.add_argument("--model", help="SavedModel or serving directory (default: the "
+                                           "newest version pushed under the pipeline root)")
+    translate.add_argument("--pipeline-root", default=None)
+    translate.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME)
+    translate.add_argument("--beam", type=int, default=None, metavar="N",
+                           help="beam search of width N (the model's exported width)")
+    translate.set_defaults(handler=_translate)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from pipeline import translate  # heavy (TF): only when needed
+
+    serving_dir = args.model or config_lib.PipelineConfig(
+        data_path="", pipeline_name=args.pipeline_name,
+        **({"pipeline_root": args.pipeline_root} if args.pipeline_root else {})).serving_dir
+    model_dir = translate.resolve_model_dir(serving_dir)
+    if args.sentences:
+        sentences = [translate.clean_line(s.encode("utf-8", "surrogateescape"), n)
+                     for n, s in enumerate(args.sentences, start=1)]
+    else:
+        sentences = translate.read_stdin_lines()
+    for line in translate.translate(sentences, model_dir, args.beam):
+        print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nmt", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="show all library logs")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(subparsers)
+    _add_translate_parser(subparsers)
     return parser
 
 
@@ -85,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.verbose)
     try:
         return args.handler(args)
-    except data_source.DataSourceError as err:
+    except (data_source.DataSourceError, TranslateError) as err:
         print(f"nmt: error: {err}", file=sys.stderr)
         return 2
     except DataValidationError as err:

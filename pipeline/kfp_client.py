@@ -13,7 +13,6 @@ import hashlib
 import io
 import json
 import logging
-import re
 import warnings
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -55,7 +54,8 @@ class Package:
     @classmethod
     def read(cls, path: str) -> Package:
         if not path.endswith((".yaml", ".yml")):
-            raise KfpError(f"{path!r} is not a compiled pipeline (.yaml from `nmt kubeflow compile`)")
+            raise KfpError(f"{path!r} is not a compiled pipeline (a .yaml from "
+                           "`nmt kubeflow compile`)")
         try:
             with open(path, encoding="utf-8") as f:
                 spec = yaml.safe_load(f)
@@ -77,7 +77,6 @@ class Started:
     link: str
     pipeline_id: str
     version_id: str
-    experiment_id: str
 
 
 def kfp_cron(expression: str) -> str:
@@ -122,7 +121,7 @@ def submit(endpoint: Endpoint, package: Package, experiment: str, params: Mappin
             params=dict(params), pipeline_id=pipeline_id, version_id=version_id,
             pipeline_root=pipeline_root)
     return Started(run.run_id, endpoint.link(f"runs/details/{run.run_id}"), pipeline_id,
-                   version_id, experiment_id)
+                   version_id)
 
 
 def schedule(endpoint: Endpoint, package: Package, experiment: str, params: Mapping[str, Any],
@@ -142,7 +141,7 @@ def schedule(endpoint: Endpoint, package: Package, experiment: str, params: Mapp
             pipeline_root=pipeline_root)
     return Started(job.recurring_run_id,
                    endpoint.link(f"recurringrun/details/{job.recurring_run_id}"),
-                   pipeline_id, version_id, experiment_id)
+                   pipeline_id, version_id)
 
 
 def _now() -> datetime.datetime:
@@ -155,7 +154,8 @@ def _prepare(endpoint: Endpoint, package: Package,
     client = _connect(endpoint)
     pipeline_id, version_id = _upload(client, endpoint, package)
     with _kfp_call(endpoint, f"the experiment {experiment!r}"):
-        experiment_id = client.create_experiment(experiment, namespace=endpoint.namespace).experiment_id
+        experiment_id = client.create_experiment(
+            experiment, namespace=endpoint.namespace).experiment_id
     return client, pipeline_id, version_id, experiment_id
 
 
@@ -178,57 +178,59 @@ def _upload(client: kfp.Client, endpoint: Endpoint, package: Package) -> tuple[s
     return pipeline_id, version.pipeline_version_id
 
 
-class _HealthCheckFailures(logging.Filter):
-    """kfp.Client retries its health check 5 times, logging a traceback each time: keep the
-    last error for our one-line message instead."""
+class _HeldBack(logging.Filter):
+    """What kfp.Client and urllib3 log on every retry: a traceback per failed health check
+    (the last refusal is kept for our message) and a warning per reconnection."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.last: kfp_server_api.ApiException | None = None
+        self.last_refusal: kfp_server_api.ApiException | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and isinstance(record.exc_info[1], kfp_server_api.ApiException):
-            self.last = record.exc_info[1]
+            self.last_refusal = record.exc_info[1]
             return False
-        return True
+        return not record.name.startswith("urllib3")
 
 
 def _connect(endpoint: Endpoint) -> kfp.Client:
     credentials = (ServiceAccountTokenVolumeCredentials(endpoint.sa_token_path)
                    if endpoint.sa_token_path else None)
-    failures = _HealthCheckFailures()
-    root_logger = logging.getLogger()  # where kfp.Client logs
-    root_logger.addFilter(failures)
-    try:
-        with _kfp_call(endpoint, "the health check"), warnings.catch_warnings():
-            # "This client only works with Kubeflow Pipeline v2.0.0-beta.2 and later"
-            warnings.simplefilter("ignore", FutureWarning)
-            return kfp.Client(host=endpoint.host, namespace=endpoint.namespace or "kubeflow",
-                              existing_token=endpoint.existing_token, cookies=endpoint.cookies,
-                              credentials=credentials, ui_host=endpoint.ui_host)
-    except TimeoutError:
-        raise KfpError(f"{endpoint.host} failed its health check 5 times: "
-                       f"{_describe(failures.last)}") from None
-    finally:
-        root_logger.removeFilter(failures)
+    with _kfp_call(endpoint, "the health check"):
+        return kfp.Client(host=endpoint.host, namespace=endpoint.namespace or "kubeflow",
+                          existing_token=endpoint.existing_token, cookies=endpoint.cookies,
+                          credentials=credentials, ui_host=endpoint.ui_host)
 
 
 @contextlib.contextmanager
 def _kfp_call(endpoint: Endpoint, what: str) -> Iterator[None]:
     """One line per failure: what was asked, and what the endpoint or the network said.
-    kfp.Client also prints its own links; ours (from Started) replace them."""
+
+    kfp.Client prints links (ours replace them), warns about its version, and it and urllib3
+    log every retry; all of that is held back here so the user reads the outcome once.
+    """
+    held_back = _HeldBack()
+    # kfp.Client logs with the root logger; urllib3's retries come from its connection pool.
+    loggers = (logging.getLogger(), logging.getLogger("urllib3.connectionpool"))
+    for logger in loggers:
+        logger.addFilter(held_back)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
             yield
     except kfp_server_api.ApiException as err:
         raise KfpError(f"{endpoint.host} refused {what}: {_describe(err)}") from None
     except urllib3.exceptions.HTTPError as err:
-        reason = getattr(err, "reason", None) or err
-        # urllib3 prefixes the message with the connection object's repr.
-        reason = re.sub(r"^<[^>]*>: ", "", str(reason))
+        reason = getattr(err, "reason", None) or err  # MaxRetryError: the last attempt's error
         raise KfpError(f"cannot reach the KFP API at {endpoint.host} ({what}): {reason}") from None
+    except TimeoutError:  # kfp.Client gave up on its health check
+        raise KfpError(f"{endpoint.host} refused {what} 5 times: "
+                       f"{_describe(held_back.last_refusal)}") from None
     except ValueError as err:  # kfp.Client's own checks, e.g. two pipelines of that name
         raise KfpError(f"{what}: {err}") from None
+    finally:
+        for logger in loggers:
+            logger.removeFilter(held_back)
 
 
 def _describe(err: kfp_server_api.ApiException | None) -> str:

@@ -12,10 +12,15 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from pipeline import config as config_lib
 from trainer_module import hparams
+
+if TYPE_CHECKING:
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    from pipeline import kubeflow_runner
 
 _KFP_ENDPOINT_ENV = "KF_PIPELINES_ENDPOINT"  # kfp.Client's own variables
 _KFP_UI_ENDPOINT_ENV = "KF_PIPELINES_UI_ENDPOINT"
@@ -94,8 +99,9 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
 def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("KFP endpoint (kfp.Client options)")
     group.add_argument("--host", default=os.environ.get(_KFP_ENDPOINT_ENV),
-                       help=f"KFP API address, e.g. http://localhost:8080 after `kubectl "
-                            f"port-forward svc/ml-pipeline-ui 8080:80` (default ${_KFP_ENDPOINT_ENV})")
+                       help="KFP API address, e.g. http://localhost:8080 after `kubectl -n "
+                            "kubeflow port-forward svc/ml-pipeline-ui 8080:80` "
+                            f"(default ${_KFP_ENDPOINT_ENV})")
     group.add_argument("--ui-host", default=os.environ.get(_KFP_UI_ENDPOINT_ENV),
                        help=f"UI address for the printed links (default ${_KFP_UI_ENDPOINT_ENV}, "
                             "else --host)")
@@ -103,8 +109,8 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--existing-token", help="bearer token, e.g. $(gcloud auth "
                                                 "print-access-token)")
     group.add_argument("--cookies", help="cookie header, e.g. authservice_session=...")
-    group.add_argument("--sa-token-path", help="service-account token file (in-cluster "
-                                               "multi-user: /var/run/secrets/kubeflow/pipelines/token)")
+    group.add_argument("--sa-token-path", help="service-account token file (in a pod on "
+                       "multi-user Kubeflow: /var/run/secrets/kubeflow/pipelines/token)")
     parser.add_argument("--experiment", default=config_lib.PIPELINE_NAME,
                         help="experiment to run in, created if missing (default %(default)s)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -151,7 +157,7 @@ def _add_start_parser(commands: argparse._SubParsersAction, name: str,
     return command
 
 
-def _resources(args: argparse.Namespace):
+def _resources(args: argparse.Namespace) -> kubeflow_runner.Resources:
     from pipeline import kubeflow_runner
 
     return kubeflow_runner.Resources(
@@ -159,14 +165,15 @@ def _resources(args: argparse.Namespace):
         cpu_millicores=args.trainer_cpu, memory_bytes=args.trainer_memory)
 
 
-def _compile_to(args: argparse.Namespace, output_path: str):
+def _compile_to(args: argparse.Namespace,
+                output_path: str) -> pipeline_spec_pb2.PipelineSpec:
     """Compiles from the flags; returns the PipelineSpec written to output_path."""
-    from pipeline import kubeflow_runner  # heavy (TFX, TF): only when needed
-
     missing = [flag for flag, value in (("--image", args.image), ("--data", args.data),
                                         ("--pipeline-root", args.pipeline_root)) if not value]
     if missing:
         raise _UsageError(f"compiling needs {', '.join(missing)}")
+    from pipeline import kubeflow_runner  # heavy (TFX, TF): only when needed
+
     config = config_lib.PipelineConfig(
         data_path=args.data, pipeline_name=args.pipeline_name, pipeline_root=args.pipeline_root,
         schema_file=kubeflow_runner.IMAGE_SCHEMA_FILE, profile=args.profile,
@@ -195,17 +202,17 @@ def _package_path(args: argparse.Namespace) -> Iterator[str]:
         yield path
 
 
-def _reported(command) -> int:
+def _reported(command: Callable[[], int]) -> int:
     """Runs the command; expected failures become one `nmt: error:` line and an exit status."""
     from pipeline.kfp_client import KfpError
 
     try:
         return command()
     except _UsageError as err:
-        print(f"nmt kubeflow: error: {err}", file=sys.stderr)
+        print(f"nmt: error: {err}", file=sys.stderr)
         return 2
     except (_Failure, KfpError) as err:
-        print(f"nmt kubeflow: error: {err}", file=sys.stderr)
+        print(f"nmt: error: {err}", file=sys.stderr)
         return 1
 
 

@@ -99,8 +99,9 @@ def set_resources(pipeline: tfx.dsl.Pipeline, component_id: str, resources: Reso
     by_id = {component.id: component for component in pipeline.components}
     if component_id not in by_id:
         raise ComponentNotFoundError(
-            f"cannot give {component_id} its resources: pipeline {pipeline.pipeline_info.pipeline_name} "
-            f"has no component {component_id!r} (it has {', '.join(by_id)})")
+            f"cannot give {component_id} its resources: pipeline "
+            f"{pipeline.pipeline_info.pipeline_name} has no component {component_id!r} "
+            f"(it has {', '.join(by_id)})")
     by_id[component_id].with_platform_config(spec)
 
 
@@ -118,8 +119,6 @@ def _complete(spec: pipeline_spec_pb2.PipelineSpec, pipeline_root: str,
 def compile_pipeline(config: PipelineConfig, image: str, output_path: str,
                      trainer_resources: Resources = Resources()) -> pipeline_spec_pb2.PipelineSpec:
     """Writes the KFP v2 PipelineSpec YAML that kfp.Client uploads, and returns it."""
-    if not output_path.endswith((".yaml", ".yml")):
-        raise ValueError(f"the compiled pipeline is YAML: {output_path!r} must end in .yaml")
     parameters = runtime_parameters(config)
     pipeline = build(config, parameters)
     set_resources(pipeline, TRAINER_ID, trainer_resources)

@@ -9,6 +9,7 @@ from tfx import v1 as tfx
 from components.atomic_pusher import AtomicPusher
 from components.fra_example_gen import FraTxtExampleGen
 from components.strict_example_validator import StrictExampleValidator
+from pipeline.code_version import code_version
 from pipeline.eval_config import make_eval_config
 
 PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
@@ -44,7 +45,8 @@ def create_pipeline(
                                                schema=schema_gen.outputs["schema"])
     transform = tfx.components.Transform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
-        preprocessing_fn=PREPROCESSING_FN, custom_config={"profile": profile})
+        preprocessing_fn=PREPROCESSING_FN,
+        custom_config={"profile": profile, "code_version": code_version()})
     transform.add_upstream_node(example_validator)  # never transform data that failed validation
     trainer = tfx.components.Trainer(
         run_fn=RUN_FN,
@@ -53,7 +55,8 @@ def create_pipeline(
         schema=schema_gen.outputs["schema"],
         train_args=tfx.proto.TrainArgs(num_steps=train_steps or 0),
         eval_args=tfx.proto.EvalArgs(num_steps=0),
-        custom_config={"profile": profile, "checkpoint_root": checkpoint_root})
+        custom_config={"profile": profile, "checkpoint_root": checkpoint_root,
+                       "code_version": code_version()})
     latest_blessed_model = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),

@@ -9,23 +9,11 @@ import subprocess
 import sys
 import time
 
-import ml_metadata as mlmd
 import pytest
 import tensorflow as tf
 from google.protobuf import json_format
-from ml_metadata.proto import metadata_store_pb2
 
-from conftest import REPO, run_nmt
-
-
-def open_store(pipeline_root: str) -> mlmd.MetadataStore:
-    config = metadata_store_pb2.ConnectionConfig()
-    config.sqlite.filename_uri = os.path.join(pipeline_root, "metadata.sqlite")
-    return mlmd.MetadataStore(config)
-
-
-def latest_artifact(store: mlmd.MetadataStore, type_name: str) -> metadata_store_pb2.Artifact:
-    return max(store.get_artifacts_by_type(type_name), key=lambda a: a.id)
+from conftest import REPO, latest_artifact, open_store, run_nmt
 
 
 def read_split(uri: str, split: str) -> list[tuple[str, list[str]]]:
@@ -58,7 +46,7 @@ def sample_run(fra_sample, tmp_path_factory):
 
 def test_examples_are_one_per_english_sentence_with_every_reference(fra_sample, sample_run):
     root, _ = sample_run
-    examples = latest_artifact(open_store(root), "Examples")
+    examples = latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
     splits = {split: read_split(examples.uri, split) for split in ("train", "eval", "test")}
     produced = {english: refs for rows in splits.values() for english, refs in rows}
     expected = expected_groups(fra_sample)
@@ -68,7 +56,7 @@ def test_examples_are_one_per_english_sentence_with_every_reference(fra_sample, 
 
 def test_splits_are_disjoint_by_english_and_near_the_ratios(sample_run):
     root, _ = sample_run
-    examples = latest_artifact(open_store(root), "Examples")
+    examples = latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
     english = {split: {e for e, _ in read_split(examples.uri, split)}
                for split in ("train", "eval", "test")}
     assert not english["train"] & english["eval"]
@@ -80,7 +68,7 @@ def test_splits_are_disjoint_by_english_and_near_the_ratios(sample_run):
 
 def test_parse_report_is_recorded_in_the_artifact_and_the_log(fra_sample, sample_run):
     root, result = sample_run
-    examples = latest_artifact(open_store(root), "Examples")
+    examples = latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
     with open(os.path.join(examples.uri, "parse_report.json")) as f:
         report = json.load(f)
     lines = open(fra_sample, "rb").read().count(b"\n")
@@ -127,7 +115,7 @@ def test_bad_lines_are_counted_not_fatal(tmp_path):
     root = str(tmp_path / "root")
     result = run_nmt("run", "--data", str(data), "--pipeline-root", root)
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(latest_artifact(open_store(root), "Examples")
+    report = json.loads(latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
                         .custom_properties["parse_report"].string_value)
     assert report["lines_read"] == 70 == report["pairs_kept"] + report["lines_rejected"]
     assert report["pairs_kept"] == 62

@@ -46,7 +46,8 @@ def _write_at(buffer: tf.Tensor, values: tf.Tensor, index: tf.Tensor) -> tf.Tens
     return tf.where(tf.range(tf.shape(buffer)[-1]) == index, values[..., None], buffer)
 
 
-def _per_sentence(max_length: tf.Tensor | int, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def _per_sentence(max_length: tf.Tensor | int,
+                  source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Limits [B] int32 and the loop bound max(limits) (0 for an empty batch)."""
     limits = tf.broadcast_to(tf.cast(max_length, tf.int32), tf.shape(source_ids)[:1])
     return limits, tf.maximum(tf.reduce_max(limits), 0)

@@ -3,10 +3,14 @@
 The Transform graph (normalization + vocabulary) and the decoders are inside it, so serving
 needs no Python preprocessing; loading needs only TensorFlow and `import tensorflow_text`.
 Signatures:
-  serving_default(english: string [B]) -> translation [B], token_ids [B, L], score [B]
-  beam_search(english: string [B])     -> the same, with beam search
+  serving_default(english: string [B]) -> translation [B], token_ids [B, L], score [B],
+      source_tokens [B] (English tokens; only the first max_source_tokens [B] are translated),
+      beam_width [B]
+  beam_search(english: string [B])     -> the same, with beam search (width from hparams)
   translate_examples(examples: serialized tf.Example [B]) -> translation   (TFMA's input)
   transform_features(examples: serialized tf.Example [B]) -> english_length_bucket (slicing)
+  attention(english: string [B]) -> attention [B, T, S] (last decoder layer's cross-attention,
+      mean over heads, for the greedy translation), source_tokens [B, S], target_tokens [B, T]
 """
 from __future__ import annotations
 
@@ -16,20 +20,21 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from trainer_module import decoding
-from trainer_module.hparams import END_ID, PAD_ID, HParams
+from trainer_module.hparams import END_ID, PAD_ID, START_ID, HParams
 from trainer_module.model import Transformer
 from trainer_module.preprocessing import (ENGLISH, LENGTH_BUCKET, RESERVED_TOKENS, SOURCE_IDS,
-                                          TARGET_VOCAB, detokenize)
+                                          SOURCE_VOCAB, TARGET_VOCAB, detokenize)
 
 SERVING_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
 EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE = "translate_examples", "transform_features"
+ATTENTION_SIGNATURE = "attention"
 TRANSLATION = "translation"
 
 
-def target_tokens(tf_transform_output: tft.TFTransformOutput) -> list[bytes]:
-    """Id -> French token: the reserved tokens, then Transform's vocabulary file."""
+def id_to_token(tf_transform_output: tft.TFTransformOutput, vocab_name: str) -> list[bytes]:
+    """Id -> token: the reserved tokens, then Transform's vocabulary file."""
     return [t.encode() for t in RESERVED_TOKENS] + list(
-        tf_transform_output.vocabulary_by_name(TARGET_VOCAB))
+        tf_transform_output.vocabulary_by_name(vocab_name))
 
 
 class Translator(tf.Module):
@@ -41,17 +46,20 @@ class Translator(tf.Module):
         self.model = model
         self.hparams = hparams
         self.tft_layer = tf_transform_output.transform_features_layer()
-        self.target_tokens = tf.constant(target_tokens(tf_transform_output))
+        self.source_tokens = tf.constant(id_to_token(tf_transform_output, SOURCE_VOCAB))
+        self.target_tokens = tf.constant(id_to_token(tf_transform_output, TARGET_VOCAB))
         self._english_spec = {ENGLISH: tf_transform_output.raw_feature_spec()[ENGLISH]}
 
-    def source_ids(self, english: tf.Tensor) -> tf.Tensor:
-        """[B] raw sentences -> [B, S] int32 ids, PAD_ID-padded, cut at max_source_length."""
-        features = self.tft_layer({ENGLISH: tf.reshape(english, [-1, 1])})
-        ids = features[SOURCE_IDS][:, :self.hparams.max_source_length]
-        return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32)
+    def source_ids(self, english: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """[B] raw sentences -> ids [B, S] int32 (PAD_ID-padded, cut at max_source_length)
+        and the number of tokens before the cut [B] (so callers can warn about truncation)."""
+        ids = self.tft_layer({ENGLISH: tf.reshape(english, [-1, 1])})[SOURCE_IDS]
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        ids = ids[:, :self.hparams.max_source_length]
+        return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32), lengths
 
     def translate(self, english: tf.Tensor, beam: bool = False) -> dict[str, tf.Tensor]:
-        source_ids = self.source_ids(english)
+        source_ids, source_tokens = self.source_ids(english)
         max_length = decoding.max_decode_length(source_ids, self.hparams)
         if beam:
             token_ids, score = decoding.beam_search_decode(
@@ -63,7 +71,11 @@ class Translator(tf.Module):
         has_input = tf.reduce_any(tf.not_equal(source_ids, PAD_ID), axis=1)
         token_ids = tf.where(has_input[:, None], token_ids, PAD_ID)
         return {TRANSLATION: self.to_text(token_ids), "token_ids": token_ids,
-                "score": tf.where(has_input, score, 0.0)}
+                "score": tf.where(has_input, score, 0.0), "source_tokens": source_tokens,
+                "max_source_tokens": tf.fill(tf.shape(source_tokens),
+                                             self.hparams.max_source_length),
+                "beam_width": tf.fill(tf.shape(source_tokens),
+                                      self.hparams.beam_width if beam else 1)}
 
     def to_text(self, token_ids: tf.Tensor) -> tf.Tensor:
         """[B, L] ids -> [B] French sentences (up to the first END_ID, PAD dropped)."""
@@ -82,6 +94,19 @@ class Translator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=ENGLISH)])
     def serve_beam(self, english):
         return self.translate(english, beam=True)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=ENGLISH)])
+    def serve_attention(self, english):
+        """Cross-attention of the last decoder layer (mean over heads) for the greedy output."""
+        source_ids, _ = self.source_ids(english)
+        token_ids, _ = decoding.greedy_decode(
+            self.model, source_ids, decoding.max_decode_length(source_ids, self.hparams))
+        target_in = tf.concat([tf.fill([tf.shape(token_ids)[0], 1], START_ID),
+                               token_ids[:, :-1]], axis=1)
+        weights = self.model.cross_attention_weights(source_ids, target_in)
+        return {"attention": tf.reduce_mean(weights[:, -1], axis=1),  # [B, T, S]
+                "source_tokens": tf.gather(self.source_tokens, source_ids),  # [B, S]
+                "target_tokens": tf.gather(self.target_tokens, token_ids)}  # [B, T]
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def serve_examples(self, examples):
@@ -103,5 +128,6 @@ def export_translator(model: Transformer, tf_transform_output: tft.TFTransformOu
         BEAM_SIGNATURE: translator.serve_beam,
         EXAMPLES_SIGNATURE: translator.serve_examples,
         TRANSFORM_SIGNATURE: translator.serve_transform_features,
+        ATTENTION_SIGNATURE: translator.serve_attention,
     })
     absl_logger.setLevel(level)

@@ -60,7 +60,8 @@ class HParams:
 
     def __post_init__(self) -> None:
         if self.d_model % self.num_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if self.d_model % 2:
             raise ValueError(f"d_model={self.d_model} must be even for the sinusoidal encoding")
         if not 0.0 <= self.dropout_rate < 1.0 or not 0.0 <= self.label_smoothing < 1.0:

@@ -51,8 +51,13 @@ def causal_mask(length: tf.Tensor) -> tf.Tensor:
     return positions[:, None] >= positions[None, :]
 
 
+def layer_norm(name: str, dtype: keras.mixed_precision.Policy) -> keras.layers.LayerNormalization:
+    """The one LayerNormalization setting used throughout."""
+    return keras.layers.LayerNormalization(epsilon=1e-6, name=name, dtype=dtype)
+
+
 class TokenEmbedding(keras.layers.Layer):
-    """Token embedding * sqrt(d_model) + sinusoidal position; its matrix can double as output layer."""
+    """Token embedding * sqrt(d_model) + sinusoidal position; the matrix can be the output layer."""
 
     def __init__(self, vocab_size: int, d_model: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -130,7 +135,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call(self, query_input: tf.Tensor, memory: tf.Tensor,
              attention_mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """query_input [B, Tq, D], memory [B, Tk, D] -> output [B, Tq, D], weights [B, H, Tq, Tk]."""
+        """query_input [B, Tq, D], memory [B, Tk, D] -> output [B, Tq, D], weights [B, H, Tq, Tk].
+        """
         keys, values = self.project_key_value(memory)
         return self.attend(query_input, keys, values, attention_mask)
 
@@ -158,7 +164,7 @@ class PositionWiseFeedForward(keras.layers.Layer):
 
 
 class _TransformerLayer(keras.layers.Layer):
-    """What encoder and decoder layers share: hyperparameters, dropout, the FFN block."""
+    """What encoder and decoder layers share: self-attention, the FFN block, dropout, config."""
 
     def __init__(self, d_model: int, num_heads: int, dff: int, dropout_rate: float,
                  **kwargs: Any) -> None:
@@ -170,10 +176,10 @@ class _TransformerLayer(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
         self.feed_forward = PositionWiseFeedForward(d_model, dff, name="feed_forward",
                                                     dtype=self.dtype_policy)
-        self.feed_forward_norm = self._layer_norm("feed_forward_norm")
-
-    def _layer_norm(self, name: str) -> keras.layers.LayerNormalization:
-        return keras.layers.LayerNormalization(epsilon=1e-6, name=name, dtype=self.dtype_policy)
+        self.feed_forward_norm = layer_norm("feed_forward_norm", self.dtype_policy)
+        self.self_attention = MultiHeadAttention(d_model, num_heads, name="self_attention",
+                                                 dtype=self.dtype_policy)
+        self.self_attention_norm = layer_norm("self_attention_norm", self.dtype_policy)
 
     def _feed_forward_block(self, x: tf.Tensor, training: bool) -> tf.Tensor:
         return x + self.dropout(self.feed_forward(self.feed_forward_norm(x)), training=training)
@@ -185,13 +191,6 @@ class _TransformerLayer(keras.layers.Layer):
 
 class EncoderLayer(_TransformerLayer):
     """Self-attention over the source, then the FFN; each a pre-norm residual block."""
-
-    def __init__(self, d_model: int, num_heads: int, dff: int, dropout_rate: float,
-                 **kwargs: Any) -> None:
-        super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
-        self.self_attention = MultiHeadAttention(d_model, num_heads, name="self_attention",
-                                                 dtype=self.dtype_policy)
-        self.self_attention_norm = self._layer_norm("self_attention_norm")
 
     def call(self, x: tf.Tensor, source_mask: tf.Tensor, training: bool = False) -> tf.Tensor:
         """x [B, S, d_model], source_mask [B, S] bool (False at PAD) -> [B, S, d_model]."""
@@ -210,21 +209,9 @@ class DecoderLayer(_TransformerLayer):
     def __init__(self, d_model: int, num_heads: int, dff: int, dropout_rate: float,
                  **kwargs: Any) -> None:
         super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
-        self.self_attention = MultiHeadAttention(d_model, num_heads, name="self_attention",
-                                                 dtype=self.dtype_policy)
-        self.self_attention_norm = self._layer_norm("self_attention_norm")
         self.cross_attention = MultiHeadAttention(d_model, num_heads, name="cross_attention",
                                                   dtype=self.dtype_policy)
-        self.cross_attention_norm = self._layer_norm("cross_attention_norm")
-
-    def _cross_attention_and_feed_forward(
-            self, x: tf.Tensor, cross_keys: tf.Tensor, cross_values: tf.Tensor,
-            source_mask: tf.Tensor, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
-        """The part shared by both paths. Returns x and cross-attention weights [B, H, T, S]."""
-        attended, weights = self.cross_attention.attend(
-            self.cross_attention_norm(x), cross_keys, cross_values, source_mask[:, None, :])
-        x = x + self.dropout(attended, training=training)
-        return self._feed_forward_block(x, training), weights
+        self.cross_attention_norm = layer_norm("cross_attention_norm", self.dtype_policy)
 
     def call(self, x: tf.Tensor, memory: tf.Tensor, source_mask: tf.Tensor,
              training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
@@ -237,16 +224,17 @@ class DecoderLayer(_TransformerLayer):
         attended, _ = self.self_attention(
             normed, normed, attention_mask=causal_mask(tf.shape(x)[1])[None])
         x = x + self.dropout(attended, training=training)
-        cross_keys, cross_values = self.cross_attention.project_key_value(memory)
-        return self._cross_attention_and_feed_forward(
-            x, cross_keys, cross_values, source_mask, training)
+        attended, weights = self.cross_attention(
+            self.cross_attention_norm(x), memory, attention_mask=source_mask[:, None, :])
+        return self._feed_forward_block(x + self.dropout(attended, training=training),
+                                        training), weights
 
     def init_cache(self, memory: tf.Tensor, max_length: tf.Tensor) -> LayerCache:
         """Cross-attention keys/values of memory [B, S, D] (computed once), and zeroed
         self-attention keys/values [B, H, max_length, depth] for the positions to come."""
         cross_keys, cross_values = self.cross_attention.project_key_value(memory)
         empty = tf.zeros([tf.shape(memory)[0], self.num_heads, max_length,
-                          self.d_model // self.num_heads], dtype=cross_keys.dtype)
+                          self.self_attention.depth], dtype=cross_keys.dtype)
         return {"self_keys": empty, "self_values": empty,
                 "cross_keys": cross_keys, "cross_values": cross_values}
 
@@ -264,8 +252,9 @@ class DecoderLayer(_TransformerLayer):
         visible = tf.range(tf.shape(keys)[2]) <= step
         attended, _ = self.self_attention.attend(normed, keys, values, visible[None, None, :])
         x = x + self.dropout(attended, training=training)
-        x, _ = self._cross_attention_and_feed_forward(
-            x, cache["cross_keys"], cache["cross_values"], source_mask, training)
+        attended, _ = self.cross_attention.attend(self.cross_attention_norm(x), cache["cross_keys"],
+                                                  cache["cross_values"], source_mask[:, None, :])
+        x = self._feed_forward_block(x + self.dropout(attended, training=training), training)
         return x, {**cache, "self_keys": keys, "self_values": values}
 
 
@@ -299,10 +288,8 @@ class Transformer(keras.Model):
                                for i in range(hparams.num_layers)]
         self.decoder_layers = [DecoderLayer(name=f"decoder_{i}", **layer_args)
                                for i in range(hparams.num_layers)]
-        self.encoder_norm = keras.layers.LayerNormalization(
-            epsilon=1e-6, name="encoder_norm", dtype=policy)
-        self.decoder_norm = keras.layers.LayerNormalization(
-            epsilon=1e-6, name="decoder_norm", dtype=policy)
+        self.encoder_norm = layer_norm("encoder_norm", policy)
+        self.decoder_norm = layer_norm("decoder_norm", policy)
         self.output_projection = None if hparams.tie_output_to_embedding else keras.layers.Dense(
             hparams.target_vocab_size, name="output_projection", dtype=policy)
 

@@ -94,7 +94,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
     """Adam(0.9, 0.98, 1e-9 by default) on the warm-up schedule; loss-scaled under float16.
 
-    With mixed precision the train step must use get_scaled_loss / get_unscaled_gradients.
+    Keras' fit scales the loss itself; a custom train step under mixed precision must call
+    get_scaled_loss / get_unscaled_gradients.
     """
     optimizer = keras.optimizers.Adam(
         learning_rate=TransformerSchedule(

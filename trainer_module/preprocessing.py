@@ -34,12 +34,15 @@ _EDGE_MARKS = "'’-"  # kept inside words (aujourd'hui, peut-être), split at t
 
 
 def normalize(sentences: tf.Tensor) -> tf.Tensor:
-    """NFKC, punctuation split off words, whitespace collapsed; case kept.
+    """NFKC, control and format characters removed, punctuation split off words, whitespace collapsed;
+    case kept.
 
     RE2 has no lookaround, so "apostrophe/hyphen not followed by a word character" is
     written as explicit token-edge rules.
     """
     x = text.normalize_utf8(sentences, "NFKC")  # also maps (narrow) no-break spaces to spaces
+    x = tf.strings.regex_replace(x, r"\p{Cc}", " ")  # control characters separate words
+    x = tf.strings.regex_replace(x, r"\p{Cf}", "")  # zero-width/format characters vanish
     x = tf.strings.regex_replace(x, rf"([^{_WORD}\s{_EDGE_MARKS}])", r" \1 ")
     x = tf.strings.regex_replace(x, rf"(^|\s)([{_EDGE_MARKS}]+)", r"\1\2 ")
     x = tf.strings.regex_replace(x, rf"([{_EDGE_MARKS}]+)(\s|$)", r" \1\2")

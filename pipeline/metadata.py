@@ -1,0 +1,603 @@
+"""Answers from ML Metadata to "what produced the serving model, from which data, and how good
+was it compared with the last one?", so that nobody has to write MLMD queries.
+
+Every public query reads an open store and returns plain dicts and lists (JSON-ready): the CLI
+prints them as tables or JSON, the report and the tests use them as they are. Nothing here
+writes to the store. It reads what TFX records: a "pipeline_run" context per run (named by the
+run id), a "node" context per component, executions with their exec properties as custom
+properties, and INPUT/OUTPUT events between executions and artifacts. A cached execution has
+OUTPUT events to the artifacts of the execution it reused, so "produced by" means the first
+execution that output an artifact.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import functools
+import glob
+import gzip
+import json
+import logging
+import os
+import struct
+from typing import IO, Any, Callable, Iterator
+
+import ml_metadata as mlmd
+from google.protobuf import json_format
+from ml_metadata.proto import metadata_store_pb2
+
+RUN_CONTEXT, PIPELINE_CONTEXT, NODE_CONTEXT = "pipeline_run", "pipeline", "node"
+SERVING_MODEL_DIR = "Format-Serving"  # the SavedModel inside a Model artifact
+# Written by trainer_module.task into the ModelRun artifact (not imported: it loads TensorFlow).
+HPARAMS_FILE, HISTORY_FILE = "hparams.json", "history.json"
+TRAINING_METRICS = ("loss", "masked_accuracy", "perplexity",
+                    "val_loss", "val_masked_accuracy", "val_perplexity")
+# Inputs that are not where an artifact came from: the Evaluator's baseline is the last model.
+_NOT_LINEAGE = frozenset({"baseline_model"})
+_STATE_NAMES = {
+    metadata_store_pb2.Execution.COMPLETE: "executed",
+    metadata_store_pb2.Execution.CACHED: "cached",
+    metadata_store_pb2.Execution.FAILED: "failed",
+    metadata_store_pb2.Execution.CANCELED: "canceled",
+}
+_UNFINISHED = (metadata_store_pb2.Execution.NEW, metadata_store_pb2.Execution.RUNNING)
+_RUN_STATUS_ORDER = ("failed", "canceled", "running", "interrupted")  # the first found wins
+_DIFF_SECTIONS = ("components", "input", "config", "hyperparameters", "metrics")
+
+StoreConfig = metadata_store_pb2.ConnectionConfig | metadata_store_pb2.MetadataStoreClientConfig
+
+
+class MetadataError(RuntimeError):
+    """No store, an empty one, or an unknown run/artifact/type: the message says what to do."""
+
+
+# --- Connecting ---------------------------------------------------------------------------
+
+def sqlite_config(path: str) -> metadata_store_pb2.ConnectionConfig:
+    """The local store, read-only: inspecting must never create or migrate one."""
+    if not os.path.isfile(path):
+        raise MetadataError(f"No ML Metadata store at {path}: run the pipeline first "
+                            "(`nmt run`), or pass the --pipeline-root of an existing one.")
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = path
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    return config
+
+
+def mysql_config(host: str, port: int, database: str, user: str,
+                 password: str) -> metadata_store_pb2.ConnectionConfig:
+    """A MySQL-backed store; never creates the database."""
+    config = metadata_store_pb2.ConnectionConfig()
+    config.mysql.host, config.mysql.port, config.mysql.database = host, port, database
+    config.mysql.user, config.mysql.password = user, password
+    config.mysql.skip_db_creation = True
+    return config
+
+
+def grpc_config(host: str, port: int,
+                timeout_s: float = 30.0) -> metadata_store_pb2.MetadataStoreClientConfig:
+    """An MLMD gRPC server, e.g. Kubeflow's metadata-grpc-service:8080."""
+    return metadata_store_pb2.MetadataStoreClientConfig(host=host, port=port,
+                                                        client_timeout_sec=timeout_s)
+
+
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    """MLMD's status errors (unreachable server, not a store...) as one clear MetadataError."""
+    try:
+        yield
+    except mlmd.errors.StatusError as err:
+        raise MetadataError(f"Cannot read the ML Metadata store: {err}") from err
+
+
+def connect(config: StoreConfig) -> mlmd.MetadataStore:
+    with _store_errors():
+        return mlmd.MetadataStore(config)
+
+
+# --- One read of the store ----------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Graph:
+    """Runs, executions, artifacts and the events between them, read once and indexed."""
+    runs: list[metadata_store_pb2.Context]  # newest first
+    pipeline_of_run: dict[int, str]
+    run_of_execution: dict[int, metadata_store_pb2.Context]
+    node_of_execution: dict[int, str]
+    executions: dict[int, metadata_store_pb2.Execution]
+    artifacts: dict[int, metadata_store_pb2.Artifact]
+    inputs: dict[int, list[tuple[str, int]]]  # execution id -> (input key, artifact id)
+    outputs: dict[int, list[tuple[str, int]]]
+    producer: dict[int, int]  # artifact id -> id of the first execution that output it
+
+    def run_name(self, execution_id: int | None) -> str | None:
+        run = self.run_of_execution.get(execution_id)
+        return run.name if run else None
+
+    def outputs_of_type(self, execution_id: int, type_name: str) -> list[metadata_store_pb2.Artifact]:
+        return [self.artifacts[a] for _, a in self.outputs.get(execution_id, [])
+                if self.artifacts[a].type == type_name]
+
+    def sibling(self, artifact: metadata_store_pb2.Artifact,
+                type_name: str) -> metadata_store_pb2.Artifact | None:
+        """Another output of the execution that produced `artifact` (e.g. a Model's ModelRun)."""
+        found = self.outputs_of_type(self.producer.get(artifact.id, -1), type_name)
+        return found[0] if found else None
+
+    def run_executions(self, run: metadata_store_pb2.Context) -> list[metadata_store_pb2.Execution]:
+        return sorted((e for e in self.executions.values()
+                       if self.run_of_execution[e.id].id == run.id), key=lambda e: e.id)
+
+    def run_outputs(self, run: metadata_store_pb2.Context) -> list[metadata_store_pb2.Artifact]:
+        """What the run's components output, cached ones included (they re-link old artifacts)."""
+        return [self.artifacts[a] for e in self.run_executions(run)
+                for _, a in self.outputs.get(e.id, [])]
+
+
+def _load(store: mlmd.MetadataStore) -> _Graph:
+    with _store_errors():
+        runs = store.get_contexts_by_type(RUN_CONTEXT)
+        if not runs:
+            raise MetadataError("The ML Metadata store holds no pipeline runs yet: run the "
+                                "pipeline first (`nmt run`), or check --pipeline-root and the "
+                                "connection flags.")
+        pipeline_of_run = {run.id: pipeline.name
+                           for pipeline in store.get_contexts_by_type(PIPELINE_CONTEXT)
+                           for run in store.get_children_contexts_by_context(pipeline.id)}
+        run_of_execution = {e.id: run for run in runs
+                            for e in store.get_executions_by_context(run.id)}
+        node_of_execution = {e.id: node.name.rpartition(".")[2]  # "<pipeline>.<node id>"
+                             for node in store.get_contexts_by_type(NODE_CONTEXT)
+                             for e in store.get_executions_by_context(node.id)}
+        executions = {e.id: e for e in store.get_executions_by_id(list(run_of_execution))}
+        events = store.get_events_by_execution_ids(list(executions))
+        artifacts = {a.id: a for a in store.get_artifacts_by_id(
+            sorted({event.artifact_id for event in events}))}
+    inputs: dict[int, list[tuple[str, int]]] = {}
+    outputs: dict[int, list[tuple[str, int]]] = {}
+    for event in sorted(events, key=lambda ev: (ev.execution_id, ev.artifact_id)):
+        side = {metadata_store_pb2.Event.INPUT: inputs,
+                metadata_store_pb2.Event.OUTPUT: outputs}.get(event.type)
+        if side is not None:
+            key = event.path.steps[0].key if event.path.steps else ""
+            side.setdefault(event.execution_id, []).append((key, event.artifact_id))
+    producer: dict[int, int] = {}
+    for execution_id in sorted(outputs):
+        for _, artifact_id in outputs[execution_id]:
+            producer.setdefault(artifact_id, execution_id)
+    return _Graph(runs=sorted(runs, key=lambda r: (r.create_time_since_epoch, r.id), reverse=True),
+                  pipeline_of_run=pipeline_of_run, run_of_execution=run_of_execution,
+                  node_of_execution=node_of_execution, executions=executions,
+                  artifacts=artifacts, inputs=inputs, outputs=outputs, producer=producer)
+
+
+def _find_run(graph: _Graph, run_id: str | None) -> metadata_store_pb2.Context:
+    """The run with this id, or the only one it is a prefix of; the newest for None."""
+    if run_id is None:
+        return graph.runs[0]
+    exact = [r for r in graph.runs if r.name == run_id]
+    matches = exact or [r for r in graph.runs if r.name.startswith(run_id)]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(r.name for r in (matches or graph.runs)[:5])
+    what = "is ambiguous" if matches else "is not a known run"
+    raise MetadataError(f"{run_id!r} {what} (e.g. {known}): see `nmt metadata runs`.")
+
+
+# --- Values -------------------------------------------------------------------------------
+
+def _iso(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).astimezone() \
+        .isoformat(timespec="seconds")
+
+
+def _seconds(start_ms: int, end_ms: int) -> float:
+    return round((end_ms - start_ms) / 1000, 1)
+
+
+def _value(value: metadata_store_pb2.Value) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "struct_value":
+        return json_format.MessageToDict(value.struct_value)
+    return getattr(value, kind) if kind in ("int_value", "double_value", "string_value",
+                                            "bool_value") else None
+
+
+def _custom(item: metadata_store_pb2.Artifact | metadata_store_pb2.Execution) -> dict[str, Any]:
+    return {key: _value(value) for key, value in sorted(item.custom_properties.items())}
+
+
+def _parsed(text: Any) -> Any:
+    """Exec properties hold protos and dicts as JSON text: parsed, so they diff key by key."""
+    if isinstance(text, str) and text[:1] in "{[":
+        with contextlib.suppress(ValueError):
+            return json.loads(text)
+    return text
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}, "c": [2]} -> {"a.b": 1, "c.0": 2}"""
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, item in items:
+        flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+# --- Files that artifacts point to (local paths, or gs:// etc. through TensorFlow) ----------
+
+def _open(path: str) -> IO[bytes]:
+    if "://" not in path:
+        return open(path, "rb")
+    import tensorflow as tf  # only for remote URIs: slow to import
+    return tf.io.gfile.GFile(path, "rb")
+
+
+def _glob(pattern: str) -> list[str]:
+    if "://" not in pattern:
+        return sorted(glob.glob(pattern))
+    import tensorflow as tf
+    return sorted(tf.io.gfile.glob(pattern))
+
+
+def read_json(path: str) -> Any:
+    """A JSON file an artifact holds, or None when it has none."""
+    if not _glob(path):
+        return None
+    with _open(path) as f:
+        return json.load(f)
+
+
+def _count_records(split_dir: str) -> int:
+    """Records in a split's TFRecord files, by their framing (8-byte length, 4-byte CRC, data,
+    4-byte CRC), so that counting needs no TensorFlow."""
+    count = 0
+    for path in _glob(os.path.join(split_dir, "*")):
+        with _open(path) as raw, (gzip.open(raw) if path.endswith(".gz")
+                                  else contextlib.nullcontext(raw)) as f:
+            while header := f.read(12):
+                f.seek(struct.unpack("<Q", header[:8])[0] + 4, os.SEEK_CUR)
+                count += 1
+    return count
+
+
+@functools.lru_cache(maxsize=None)
+def evaluation_metrics(uri: str) -> dict[str, Any]:
+    """Corpus BLEU/chrF of a ModelEvaluation, overall and per English length bucket."""
+    import tensorflow_model_analysis as tfma  # slow to import: only when metrics are asked for
+    from components.tfma_metrics import CORPUS_BLEU_NAME, CORPUS_CHRF_NAME
+
+    tf_logger = logging.getLogger("tensorflow")
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)  # TFMA's reader logs TF deprecation warnings
+    try:
+        result = tfma.load_eval_result(uri)
+    finally:
+        tf_logger.setLevel(level)
+    scores: dict[str, Any] = {"overall": None, "by_length": {}}
+    for slice_key, values in result.slicing_metrics:
+        metrics = values[""][""]
+        score = {"bleu": metrics[CORPUS_BLEU_NAME]["doubleValue"],
+                 "chrf": metrics[CORPUS_CHRF_NAME]["doubleValue"]}
+        if slice_key:  # the Evaluator slices by one feature: the English length bucket
+            scores["by_length"][slice_key[0][1]] = score
+        else:
+            scores["overall"] = score
+    scores["by_length"] = dict(sorted(scores["by_length"].items()))
+    return scores
+
+
+# --- What each artifact type says ---------------------------------------------------------
+
+def _input_file(artifact: metadata_store_pb2.Artifact) -> dict[str, Any] | None:
+    """The fra.txt an ExampleGen Examples artifact was read from (path, size, sha256)."""
+    custom = _custom(artifact)
+    if "input_sha256" not in custom:
+        return None
+    return {"path": custom["input_path"], "size_bytes": int(custom["input_size_bytes"]),
+            "sha256": custom["input_sha256"]}
+
+
+def _examples_properties(graph: _Graph, artifact: metadata_store_pb2.Artifact) -> dict[str, Any]:
+    custom = _custom(artifact)
+    splits = json.loads(artifact.properties["split_names"].string_value or "[]")
+    properties: dict[str, Any] = {
+        "splits": {s: _count_records(os.path.join(artifact.uri, f"Split-{s}")) for s in splits}}
+    properties.update({key: custom[key] for key in
+                       ("lines_read", "pairs_kept", "lines_rejected", "examples") if key in custom})
+    if (source := _input_file(artifact)) is not None:
+        properties["input"] = source
+    return properties
+
+
+def _evaluation_properties(graph: _Graph, artifact: metadata_store_pb2.Artifact) -> dict[str, Any]:
+    return dict(evaluation_metrics(artifact.uri)["overall"] or {})
+
+
+def _blessing_properties(graph: _Graph, artifact: metadata_store_pb2.Artifact) -> dict[str, Any]:
+    custom = _custom(artifact)
+    evaluation = graph.sibling(artifact, "ModelEvaluation")
+    return {"blessed": bool(custom.get("blessed")), "model": custom.get("current_model_id"),
+            "baseline_model": custom.get("baseline_model_id"),
+            **(_evaluation_properties(graph, evaluation) if evaluation else {})}
+
+
+def _pushed_properties(graph: _Graph, artifact: metadata_store_pb2.Artifact) -> dict[str, Any]:
+    custom = _custom(artifact)
+    return {"pushed": bool(custom.get("pushed")), "version": custom.get("pushed_version"),
+            "destination": custom.get("pushed_destination")}
+
+
+_PROPERTIES: dict[str, Callable[[_Graph, metadata_store_pb2.Artifact], dict[str, Any]]] = {
+    "Examples": _examples_properties,
+    "ModelEvaluation": _evaluation_properties,
+    "ModelBlessing": _blessing_properties,
+    "PushedModel": _pushed_properties,
+}
+
+
+def _describe(graph: _Graph, artifact: metadata_store_pb2.Artifact) -> dict[str, Any]:
+    producer = graph.producer.get(artifact.id)
+    properties = _PROPERTIES.get(artifact.type)
+    return {"id": artifact.id, "type": artifact.type, "uri": artifact.uri,
+            "producer": graph.node_of_execution.get(producer), "run": graph.run_name(producer),
+            "created": _iso(artifact.create_time_since_epoch),
+            "properties": properties(graph, artifact) if properties else {}}
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+def _component_state(execution: metadata_store_pb2.Execution, newest_run: bool) -> str:
+    """A run that never finished an execution and was followed by another was interrupted
+    (killed, crashed): MLMD still says RUNNING."""
+    if execution.last_known_state in _UNFINISHED:
+        return "running" if newest_run else "interrupted"
+    return _STATE_NAMES.get(execution.last_known_state, "unknown")
+
+
+def _run_record(graph: _Graph, run: metadata_store_pb2.Context, newest: bool) -> dict[str, Any]:
+    executions = graph.run_executions(run)
+    components = [{"component": graph.node_of_execution.get(e.id), "execution": e.id,
+                   "state": _component_state(e, newest),
+                   "duration_s": _seconds(e.create_time_since_epoch,
+                                          e.last_update_time_since_epoch)}
+                  for e in executions]
+    states = {c["state"] for c in components}
+    end = max([e.last_update_time_since_epoch for e in executions],
+              default=run.create_time_since_epoch)
+    return {"run": run.name, "pipeline": graph.pipeline_of_run.get(run.id),
+            "status": next((s for s in _RUN_STATUS_ORDER if s in states), "complete"),
+            "start": _iso(run.create_time_since_epoch), "end": _iso(end),
+            "duration_s": _seconds(run.create_time_since_epoch, end), "components": components}
+
+
+def _run_records(graph: _Graph) -> list[dict[str, Any]]:
+    newest: dict[str | None, int] = {}
+    for run in graph.runs:  # newest first
+        newest.setdefault(graph.pipeline_of_run.get(run.id), run.id)
+    return [_run_record(graph, run, run.id in newest.values()) for run in graph.runs]
+
+
+def list_runs(store: mlmd.MetadataStore) -> list[dict[str, Any]]:
+    """Pipeline runs, newest first: status, times, and per component executed/cached/failed
+    with its duration in seconds."""
+    return _run_records(_load(store))
+
+
+def get_run(store: mlmd.MetadataStore, run_id: str | None = None) -> dict[str, Any]:
+    """One run's record as in `list_runs` (the newest for None; a unique prefix is enough)."""
+    graph = _load(store)
+    name = _find_run(graph, run_id).name
+    return next(r for r in _run_records(graph) if r["run"] == name)
+
+
+# --- artifacts ----------------------------------------------------------------------------
+
+def list_artifacts(store: mlmd.MetadataStore, type_name: str | None = None,
+                   run_id: str | None = None) -> list[dict[str, Any]]:
+    """Artifacts, newest first, with their producer, run and key properties; optionally one
+    type, or what one run's components output (cached ones included)."""
+    graph = _load(store)
+    artifacts = list(graph.artifacts.values()) if run_id is None else \
+        graph.run_outputs(_find_run(graph, run_id))
+    if type_name is not None:
+        known = sorted({a.type for a in graph.artifacts.values()})
+        if type_name not in known:
+            raise MetadataError(f"No artifacts of type {type_name!r}; types in the store: "
+                                f"{', '.join(known)}.")
+        artifacts = [a for a in artifacts if a.type == type_name]
+    return [_describe(graph, a) for a in sorted(artifacts, key=lambda a: a.id, reverse=True)]
+
+
+# --- lineage ------------------------------------------------------------------------------
+
+def _resolve_artifact(graph: _Graph, ref: str) -> metadata_store_pb2.Artifact:
+    """A pushed version (checked first: versions are Unix times, ids small) or an artifact id."""
+    for artifact in graph.artifacts.values():
+        if artifact.type == "PushedModel" and _custom(artifact).get("pushed_version") == ref:
+            return artifact
+    if ref.isdigit() and int(ref) in graph.artifacts:
+        return graph.artifacts[int(ref)]
+    raise MetadataError(f"{ref!r} is neither a pushed version nor an artifact id in the store: "
+                        "see `nmt metadata models` and `nmt metadata artifacts`.")
+
+
+def _lineage_inputs(graph: _Graph, artifact_id: int) -> list[int]:
+    producer = graph.producer.get(artifact_id)
+    return sorted({a for key, a in graph.inputs.get(producer, []) if key not in _NOT_LINEAGE},
+                  reverse=True)
+
+
+def _upstream(graph: _Graph, artifact_id: int) -> set[int]:
+    seen, todo = set(), [artifact_id]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(_lineage_inputs(graph, current))
+    return seen
+
+
+def _model_hparams(graph: _Graph, model: metadata_store_pb2.Artifact) -> dict[str, Any] | None:
+    """The Trainer's full hyperparameters, from the ModelRun output next to the Model."""
+    model_run = graph.sibling(model, "ModelRun")
+    return read_json(os.path.join(model_run.uri, HPARAMS_FILE)) if model_run else None
+
+
+def lineage(store: mlmd.MetadataStore, ref: str) -> dict[str, Any]:
+    """Where an artifact (a pushed version or an artifact id) came from, back to fra.txt.
+
+    The chain lists the artifact and everything upstream, newest first (ids grow as the
+    pipeline runs, so every artifact comes before its inputs), each with the ids of the inputs
+    it was made from, and ends with the input file(s). The Evaluator's baseline model is not
+    followed: it is the previous model, not a source of this one.
+    """
+    graph = _load(store)
+    target = _resolve_artifact(graph, ref)
+    chain = [{**_describe(graph, graph.artifacts[a]), "inputs": _lineage_inputs(graph, a)}
+             for a in sorted(_upstream(graph, target.id), reverse=True)]
+    files = [f for f in (_input_file(graph.artifacts[node["id"]]) for node in chain) if f]
+    chain += [{"id": None, "type": "File", "uri": f["path"], "producer": None, "run": None,
+               "created": None, "properties": {"size_bytes": f["size_bytes"],
+                                               "sha256": f["sha256"]}, "inputs": []}
+              for f in files]
+    models = [graph.artifacts[node["id"]] for node in chain if node["type"] == "Model"]
+    return {"target": target.id, "chain": chain,
+            "hyperparameters": _model_hparams(graph, models[0]) if models else None}
+
+
+# --- models -------------------------------------------------------------------------------
+
+def _pushes(graph: _Graph) -> dict[int, list[dict[str, Any]]]:
+    """Model id -> the versions it was pushed as (PushedModel properties), oldest first."""
+    pushes: dict[int, list[dict[str, Any]]] = {}
+    for artifact in sorted(graph.artifacts.values(), key=lambda a: a.id):
+        pushed = _pushed_properties(graph, artifact) if artifact.type == "PushedModel" else {}
+        if pushed.get("pushed"):
+            for key, model_id in graph.inputs.get(graph.producer[artifact.id], []):
+                if key == "model":
+                    pushes.setdefault(model_id, []).append(pushed)
+    return pushes
+
+
+def _serving(pushes: dict[int, list[dict[str, Any]]]) -> set[str]:
+    """Destinations being served: the highest version under each serving directory, as TF
+    Serving's default policy (and `nmt translate`) picks it."""
+    newest: dict[str, dict[str, Any]] = {}
+    for push in (p for model_pushes in pushes.values() for p in model_pushes):
+        base = os.path.dirname(push["destination"])
+        if base not in newest or int(push["version"]) > int(newest[base]["version"]):
+            newest[base] = push
+    return {push["destination"] for push in newest.values()}
+
+
+def _latest_blessing(graph: _Graph, model_id: int) -> metadata_store_pb2.Artifact | None:
+    """The blessing of the newest evaluation of this model as the candidate (not baseline)."""
+    found = [blessing for e in sorted(graph.executions)
+             if ("model", model_id) in graph.inputs.get(e, [])
+             for blessing in graph.outputs_of_type(e, "ModelBlessing")]
+    return found[-1] if found else None
+
+
+def list_models(store: mlmd.MetadataStore) -> list[dict[str, Any]]:
+    """Every trained model, newest first: steps, BLEU/chrF, blessed, pushed version, and
+    whether it is the one being served."""
+    graph = _load(store)
+    pushes = _pushes(graph)
+    serving = _serving(pushes)
+    models = []
+    for model in sorted((a for a in graph.artifacts.values() if a.type == "Model"),
+                        key=lambda a: a.id, reverse=True):
+        blessing = _latest_blessing(graph, model.id)
+        judged = _blessing_properties(graph, blessing) if blessing else {}
+        model_pushes = sorted(pushes.get(model.id, []), key=lambda p: int(p["version"]))
+        models.append({
+            "model": model.id, "run": graph.run_name(graph.producer.get(model.id)),
+            "created": _iso(model.create_time_since_epoch),
+            "train_steps": (_model_hparams(graph, model) or {}).get("train_steps"),
+            "bleu": judged.get("bleu"), "chrf": judged.get("chrf"),
+            "blessed": judged.get("blessed"), "baseline_model": judged.get("baseline_model"),
+            "pushed_version": model_pushes[-1]["version"] if model_pushes else None,
+            "serving": any(p["destination"] in serving for p in model_pushes),
+            "uri": model.uri})
+    return models
+
+
+# --- diff ---------------------------------------------------------------------------------
+
+def _effective_execution(graph: _Graph,
+                         execution: metadata_store_pb2.Execution) -> metadata_store_pb2.Execution:
+    """A cached execution's config is that of the execution whose outputs it reused (a cached
+    one records fewer exec properties, e.g. no input fingerprint)."""
+    if execution.last_known_state == metadata_store_pb2.Execution.CACHED:
+        for _, artifact_id in graph.outputs.get(execution.id, [])[:1]:
+            return graph.executions[graph.producer[artifact_id]]
+    return execution
+
+
+def _first(artifacts: list[metadata_store_pb2.Artifact],
+           type_name: str) -> metadata_store_pb2.Artifact | None:
+    return next((a for a in artifacts if a.type == type_name), None)
+
+
+def _run_metrics(outputs: list[metadata_store_pb2.Artifact]) -> dict[str, Any]:
+    evaluation, blessing, model_run = (_first(outputs, t) for t in
+                                       ("ModelEvaluation", "ModelBlessing", "ModelRun"))
+    metrics: dict[str, Any] = {}
+    if evaluation:
+        metrics["evaluation"] = evaluation_metrics(evaluation.uri)
+    if blessing:
+        metrics["blessing"] = {"blessed": bool(_custom(blessing).get("blessed"))}
+    history = read_json(os.path.join(model_run.uri, HISTORY_FILE)) if model_run else None
+    if history:
+        metrics["training"] = {k: history[-1][k] for k in TRAINING_METRICS if k in history[-1]}
+    return metrics
+
+
+def _run_facts(graph: _Graph, run: metadata_store_pb2.Context,
+               states: dict[str, str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """What a run was made of and what it measured: section -> group -> flat values."""
+    outputs = graph.run_outputs(run)
+    source = next((f for f in map(_input_file, outputs) if f), None)
+    model = _first(outputs, "Model")
+    hparams = _model_hparams(graph, model) if model else None
+    return {
+        "components": {"": states},
+        "input": {"": source} if source else {},
+        "config": {graph.node_of_execution.get(e.id): _flatten({
+            key: _parsed(value) for key, value in _custom(_effective_execution(graph, e)).items()})
+            for e in graph.run_executions(run)},
+        "hyperparameters": {"": _flatten(hparams)} if hparams else {},
+        "metrics": {group: _flatten(values) for group, values in _run_metrics(outputs).items()},
+    }
+
+
+def _changes(section: str, a: dict[str, dict[str, Any]],
+             b: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Key by key, within the groups both runs have (a component that one run lacks shows in
+    the "components" section instead of as every one of its keys)."""
+    return [{"section": section, "key": f"{group}.{key}" if group else key,
+             "a": a[group].get(key), "b": b[group].get(key)}
+            for group in sorted(a.keys() & b.keys())
+            for key in sorted(a[group].keys() | b[group].keys())
+            if a[group].get(key) != b[group].get(key)]
+
+
+def diff_runs(store: mlmd.MetadataStore, run_a: str, run_b: str) -> dict[str, Any]:
+    """What changed from run A to run B: which components executed, were cached or are
+    missing (None), the input file, component config (exec properties), the Trainer's
+    hyperparameters, and metrics. Only values that differ are listed."""
+    graph = _load(store)
+    a, b = _find_run(graph, run_a), _find_run(graph, run_b)
+    states = {record["run"]: {c["component"]: c["state"] for c in record["components"]}
+              for record in _run_records(graph) if record["run"] in (a.name, b.name)}
+    facts_a, facts_b = _run_facts(graph, a, states[a.name]), _run_facts(graph, b, states[b.name])
+    return {"run_a": a.name, "run_b": b.name,
+            "changes": [change for section in _DIFF_SECTIONS
+                        for change in _changes(section, facts_a[section], facts_b[section])]}

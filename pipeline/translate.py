@@ -1,0 +1,81 @@
+"""`nmt translate`: English sentences in, French out, with a pushed (or any exported) model."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import unicodedata
+from typing import Iterable, Iterator
+
+_LOG = logging.getLogger(__name__)
+BATCH_SIZE = 64
+
+
+class TranslateError(RuntimeError):
+    """No usable model or input; the message says what to do."""
+
+
+def resolve_model_dir(path: str) -> str:
+    """A SavedModel directory, or a serving directory whose newest integer version is used."""
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = sorted((int(n) for n in os.listdir(path) if n.isdigit()), reverse=True) \
+        if os.path.isdir(path) else []
+    if not versions:
+        raise TranslateError(f"No pushed model in {path}: run the pipeline first "
+                             "(`nmt run`) or pass --model PATH to a SavedModel.")
+    return os.path.join(path, str(versions[0]))
+
+
+def clean_line(raw: bytes, number: int) -> str | None:
+    """Decodes one input line; returns None (with a warning) for input we cannot translate."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        _LOG.warning("Input line %d is not valid UTF-8 (%s): skipped.", number, err.reason)
+        return None
+    text = text.rstrip("\r\n")
+    if any(unicodedata.category(c) == "Cc" for c in text):
+        _LOG.warning("Input line %d contains control characters: they are treated as spaces.",
+                     number)
+    if not text.strip():
+        _LOG.warning("Input line %d is empty: nothing to translate.", number)
+        return None
+    return text
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None = None
+              ) -> list[str]:
+    """Translates in batches; None (rejected input) gives an empty line, keeping alignment."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  registers the ops of the Transform graph
+
+    model = tf.saved_model.load(model_dir)
+    signature = model.signatures["beam_search" if beam else "serving_default"]
+    sentences = list(sentences)
+    todo = [(i, s) for i, s in enumerate(sentences) if s is not None]
+    results = [""] * len(sentences)
+    for batch in _batches(todo, BATCH_SIZE):
+        output = signature(tf.constant([s for _, s in batch]))
+        if beam and int(output["beam_width"][0]) != beam:
+            raise TranslateError(
+                f"This model's beam search uses width {int(output['beam_width'][0])}, not "
+                f"{beam}: pass --beam {int(output['beam_width'][0])} (the width is set by the "
+                "profile's beam_width when the model is exported).")
+        for (index, _), text, tokens, limit in zip(
+                batch, output["translation"].numpy(), output["source_tokens"].numpy(),
+                output["max_source_tokens"].numpy()):
+            if tokens > limit:
+                _LOG.warning("Sentence %d has %d tokens: only the first %d were translated.",
+                             index + 1, tokens, limit)
+            results[index] = text.decode("utf-8")
+    return results
+
+
+def read_stdin_lines() -> list[str | None]:
+    return [clean_line(raw, n) for n, raw in enumerate(sys.stdin.buffer, start=1)]

@@ -1,0 +1,420 @@
+"""Kubeflow Pipelines: the compiled KFP v2 spec, and submit/schedule against a fake KFP API.
+
+The spec is read back with the KFP SDK's own PipelineSpec proto. The fake API is a small HTTP
+server on 127.0.0.1 that answers the v2beta1 REST calls kfp.Client makes and records them, so
+the real kfp.Client (and its HTTP library) is what talks to it.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import email.parser
+import email.policy
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import yaml
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from conftest import REPO
+from pipeline import kfp_client, kubeflow_runner
+from pipeline.config import PipelineConfig
+from pipeline.kubeflow_cli import add_kubeflow_parser
+
+IMAGE = "registry.example/nmt-fra-eng:test"
+PIPELINE_ROOT = "gs://nmt-bucket/runs"
+DATA = "gs://nmt-bucket/fra-eng/fra.txt"
+COMPILE_FLAGS = ("--image", IMAGE, "--pipeline-root", PIPELINE_ROOT, "--data", DATA,
+                 "--beam-arg=--runner=DataflowRunner", "--beam-arg=--project=nmt-project",
+                 "--trainer-gpus", "2", "--trainer-gpu-type", "NVIDIA_TESLA_T4",
+                 "--trainer-cpu", "8", "--trainer-memory", "32G")
+# Each of these runs after the one before it.
+CHAIN = ("FraTxtExampleGen", "StatisticsGen", "StrictExampleValidator", "Transform", "Trainer",
+         "Evaluator", "AtomicPusher")
+API = "/apis/v2beta1"
+
+
+def nmt_kubeflow(*args: str) -> int:
+    """`nmt kubeflow ...` in this process, through the same parser the nmt CLI adds."""
+    parser = argparse.ArgumentParser(prog="nmt")
+    add_kubeflow_parser(parser.add_subparsers(dest="command", required=True))
+    parsed = parser.parse_args(["kubeflow", *args])
+    return parsed.handler(parsed)
+
+
+def read_spec(path: str) -> pipeline_spec_pb2.PipelineSpec:
+    with open(path, encoding="utf-8") as f:
+        return json_format.ParseDict(yaml.safe_load(f), pipeline_spec_pb2.PipelineSpec())
+
+
+def executors(spec: pipeline_spec_pb2.PipelineSpec) -> dict[str, Any]:
+    deployment = json_format.ParseDict(json_format.MessageToDict(spec.deployment_spec),
+                                       pipeline_spec_pb2.PipelineDeploymentConfig())
+    return dict(deployment.executors)
+
+
+def executor_label(spec: pipeline_spec_pb2.PipelineSpec, task: str) -> str:
+    return spec.components[spec.root.dag.tasks[task].component_ref.name].executor_label
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("kfp") / "pipeline.yaml")
+    assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--output", path) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def spec(compiled) -> pipeline_spec_pb2.PipelineSpec:
+    return read_spec(compiled)
+
+
+def test_every_component_is_a_task_in_dependency_order(spec):
+    config = PipelineConfig(data_path=DATA, pipeline_root=PIPELINE_ROOT)
+    pipeline = kubeflow_runner.build(config, kubeflow_runner.runtime_parameters(config))
+    assert pipeline.metadata_connection_config is None  # KFP provides ML Metadata
+    position = {component.id: i for i, component in enumerate(pipeline.components)}
+
+    def component_of(task: str) -> str:  # a Resolver compiles to "<id>-<what>-resolver" tasks
+        return next(id_ for id_ in position if task == id_ or task.startswith(id_ + "-"))
+
+    tasks = spec.root.dag.tasks
+    assert sorted({component_of(task) for task in tasks}) == sorted(position)
+    for name, task in tasks.items():
+        for upstream in task.dependent_tasks:
+            assert position[component_of(upstream)] < position[component_of(name)], (upstream, name)
+    for upstream, downstream in zip(CHAIN, CHAIN[1:]):
+        assert upstream in tasks[downstream].dependent_tasks, (upstream, downstream)
+
+
+def test_every_container_runs_the_image_with_the_beam_args(spec):
+    containers = {label: e.container for label, e in executors(spec).items()
+                  if e.HasField("container")}
+    assert {executor_label(spec, task) for task in CHAIN} <= set(containers)
+    for label, container in containers.items():
+        assert container.image == IMAGE, label
+        assert container.command[:3] == ["python", "-m", "tfx.orchestration.kubeflow.v2.container"
+                                         ".kubeflow_v2_run_executor"], label
+    transform_args = list(containers[executor_label(spec, "Transform")].args)
+    assert "--runner=DataflowRunner" in transform_args and "--project=nmt-project" in transform_args
+    assert "--direct_running_mode=in_memory" not in transform_args  # --beam-arg replaces defaults
+
+
+def test_only_the_trainer_asks_for_gpus_cpu_and_memory(spec):
+    with_resources = {label for label, e in executors(spec).items()
+                      if e.container.HasField("resources")}
+    assert with_resources == {executor_label(spec, "Trainer")}
+    resources = executors(spec)[executor_label(spec, "Trainer")].container.resources
+    # New KFP backends read the resource_* strings, older ones the numbers.
+    assert (resources.accelerator.resource_type, resources.accelerator.resource_count) == (
+        "NVIDIA_TESLA_T4", "2")
+    assert (resources.accelerator.type, resources.accelerator.count) == ("NVIDIA_TESLA_T4", 2)
+    assert (resources.resource_cpu_limit, resources.cpu_limit) == ("8000m", 8.0)
+    assert (resources.resource_memory_limit, resources.memory_limit) == ("32000000000", 32.0)
+
+
+def test_data_root_is_a_runtime_parameter_defaulting_to_the_data_directory(spec):
+    parameter = spec.root.input_definitions.parameters["data_root"]
+    assert parameter.parameter_type == pipeline_spec_pb2.ParameterType.STRING
+    assert parameter.default_value.string_value == "gs://nmt-bucket/fra-eng"
+    assert parameter.is_optional
+    example_gen = spec.root.dag.tasks["FraTxtExampleGen"].inputs.parameters
+    assert example_gen["input_base"].component_input_parameter == "data_root"
+    input_config = json.loads(example_gen["input_config"].runtime_value.constant.string_value)
+    assert [split["pattern"] for split in input_config["splits"]] == ["fra.txt"]
+
+
+def test_pipeline_root_is_the_specs_overridable_default(spec):
+    # A run's runtime_config.pipeline_root replaces it (see the submit test).
+    assert spec.default_pipeline_root == PIPELINE_ROOT
+
+
+def test_resources_for_a_missing_component_are_a_clear_error():
+    config = PipelineConfig(data_path=DATA, pipeline_root=PIPELINE_ROOT)
+    pipeline = kubeflow_runner.build(config, {})
+    with pytest.raises(kubeflow_runner.ComponentNotFoundError, match="no component 'Trainr'"):
+        kubeflow_runner.set_resources(pipeline, "Trainr", kubeflow_runner.Resources(gpus=1))
+
+
+def test_compile_flag_errors_are_one_line(tmp_path, capsys):
+    assert nmt_kubeflow("compile", "--image", IMAGE, "--output", str(tmp_path / "p.yaml")) == 2
+    assert capsys.readouterr().err == (
+        "nmt: error: compiling needs --data, --pipeline-root\n")
+    with pytest.raises(SystemExit):
+        nmt_kubeflow("compile", *COMPILE_FLAGS, "--output", str(tmp_path / "p.json"))
+    assert "use a .yaml name" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        nmt_kubeflow("compile", *COMPILE_FLAGS, "--trainer-memory", "32GB")
+    assert "expected a size, e.g. 32G or 30Gi, got '32GB'" in capsys.readouterr().err
+
+
+def test_cron_takes_five_fields_and_gives_kfp_six():
+    assert kfp_client.kfp_cron("0 3 * * *") == "0 0 3 * * *"
+    assert kfp_client.kfp_cron("30 0 3 * * 1-5") == "30 0 3 * * 1-5"
+    assert kfp_client.kfp_cron("@daily") == "@daily"
+    with pytest.raises(kfp_client.KfpError, match="5 fields"):
+        kfp_client.kfp_cron("3 * * *")
+
+
+def test_parameters_are_typed_as_the_pipeline_declares():
+    package = kfp_client.Package("p.yaml", "nmt-fra-eng", {
+        "data_root": "STRING", "train_steps": "NUMBER_INTEGER", "dropout": "NUMBER_DOUBLE"})
+    assert kfp_client.parameter_values(
+        package, ["data_root=gs://b/x=y", "train_steps=500", "dropout=0.1"]) == {
+        "data_root": "gs://b/x=y", "train_steps": 500, "dropout": 0.1}
+    with pytest.raises(kfp_client.KfpError, match="no runtime parameter 'steps'; it has: "):
+        kfp_client.parameter_values(package, ["steps=5"])
+    with pytest.raises(kfp_client.KfpError, match="train_steps is a NUMBER_INTEGER, got 'many'"):
+        kfp_client.parameter_values(package, ["train_steps=many"])
+
+
+# --- a fake KFP API -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: bytes
+    content_type: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        """multipart/form-data parts by field name."""
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"Content-Type: {self.content_type}\r\n\r\n".encode() + self.body)
+        return {part.get_param("name", header="content-disposition"): part.get_content()
+                for part in message.iter_parts()}
+
+
+class FakeKfpApi(ThreadingHTTPServer):
+    """The v2beta1 endpoints kfp.Client uses for upload, experiments, runs and recurring runs."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.url = f"http://127.0.0.1:{self.server_port}"
+        self.requests: list[Request] = []
+        self.pipelines: dict[str, str] = {}  # id -> name
+        self.versions: dict[str, list[str]] = {}  # pipeline id -> version ids, oldest first
+        self.experiments: dict[str, str] = {}  # id -> name
+        self.rejections: dict[tuple[str, str], tuple[int, dict]] = {}
+
+    def calls(self, method: str, path: str) -> list[Request]:
+        return [r for r in self.requests if (r.method, r.path) == (method, API + path)]
+
+    def one(self, method: str, path: str) -> Request:
+        calls = self.calls(method, path)
+        assert len(calls) == 1, (method, path, [(r.method, r.path) for r in self.requests])
+        return calls[0]
+
+    def add_pipeline(self, name: str) -> str:
+        pipeline_id = f"pipeline-{len(self.pipelines) + 1}"
+        self.pipelines[pipeline_id] = name
+        self.versions[pipeline_id] = []
+        self.add_version(pipeline_id)
+        return pipeline_id
+
+    def add_version(self, pipeline_id: str) -> str:
+        version_id = f"version-{sum(map(len, self.versions.values())) + 1}"
+        self.versions[pipeline_id].append(version_id)
+        return version_id
+
+    def add_experiment(self, name: str) -> str:
+        experiment_id = f"experiment-{len(self.experiments) + 1}"
+        self.experiments[experiment_id] = name
+        return experiment_id
+
+    def respond(self, request: Request) -> tuple[int, dict]:
+        if (request.method, request.path) in self.rejections:
+            return self.rejections[request.method, request.path]
+        route = request.method, request.path.removeprefix(API)
+        if route == ("GET", "/healthz"):
+            return 200, {"multi_user": False}
+        if route == ("GET", "/pipelines"):
+            return 200, {"pipelines": [{"pipeline_id": i, "display_name": n}
+                                       for i, n in self.pipelines.items()
+                                       if n == _filtered_name(request)]}
+        if route == ("POST", "/pipelines/upload"):
+            pipeline_id = self.add_pipeline(request.query["name"][0])
+            return 200, {"pipeline_id": pipeline_id, "display_name": request.query["name"][0]}
+        if request.method == "GET" and request.path.endswith("/versions"):
+            pipeline_id = request.path.split("/")[-2]
+            return 200, {"pipeline_versions": [
+                {"pipeline_id": pipeline_id, "pipeline_version_id": version}
+                for version in reversed(self.versions[pipeline_id])]}
+        if route == ("POST", "/pipelines/upload_version"):
+            pipeline_id = request.query["pipelineid"][0]
+            return 200, {"pipeline_id": pipeline_id,
+                         "pipeline_version_id": self.add_version(pipeline_id)}
+        if route == ("GET", "/experiments"):
+            return 200, {"experiments": [{"experiment_id": i, "display_name": n}
+                                         for i, n in self.experiments.items()
+                                         if n == _filtered_name(request)]}
+        if route == ("POST", "/experiments"):
+            return 200, {"experiment_id": self.add_experiment(request.json["display_name"]),
+                         **request.json}
+        if route == ("POST", "/runs"):
+            return 200, {"run_id": f"run-{len(self.calls(*route))}", **request.json}
+        if route == ("POST", "/recurringruns"):
+            return 200, {"recurring_run_id": f"recurring-run-{len(self.calls(*route))}",
+                         **request.json}
+        return 404, {"error": "not found", "message": f"no route {route}", "code": 5}
+
+
+def _filtered_name(request: Request) -> str:
+    """The display name in kfp.Client's `filter` query (an EQUALS predicate)."""
+    [predicate] = json.loads(request.query["filter"][0])["predicates"]
+    return predicate["stringValue"]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeKfpApi
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        request = Request(self.command, url.path, urllib.parse.parse_qs(url.query),
+                          self.rfile.read(int(self.headers.get("Content-Length", 0))),
+                          self.headers.get("Content-Type", ""))
+        self.server.requests.append(request)
+        status, payload = self.server.respond(request)
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:  # keep the test output readable
+        pass
+
+
+@pytest.fixture
+def kfp_api():
+    server = FakeKfpApi()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_submit_uploads_the_pipeline_and_starts_a_run(kfp_api, compiled, capsys):
+    code = nmt_kubeflow("submit", "--package", compiled, "--host", kfp_api.url,
+                        "--experiment", "nightly", "--param", "data_root=gs://nmt-bucket/2025-06",
+                        "--pipeline-root", "gs://other-bucket/runs")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    upload = kfp_api.one("POST", "/pipelines/upload")
+    assert upload.query["name"] == ["nmt-fra-eng"]
+    assert upload.files["uploadfile"] == read_bytes(compiled)
+    assert kfp_api.one("POST", "/experiments").json["display_name"] == "nightly"
+    run = kfp_api.one("POST", "/runs").json
+    assert run["experiment_id"] == "experiment-1"
+    assert run["pipeline_version_reference"] == {"pipeline_id": "pipeline-1",
+                                                 "pipeline_version_id": "version-1"}
+    assert run["runtime_config"] == {"parameters": {"data_root": "gs://nmt-bucket/2025-06"},
+                                     "pipeline_root": "gs://other-bucket/runs"}
+    assert f"Run run-1 in experiment nightly: {kfp_api.url}/#/runs/details/run-1" in out
+
+
+def test_submit_compiles_and_adds_a_version_to_an_existing_pipeline(kfp_api, capsys):
+    kfp_api.add_pipeline("nmt-fra-eng")
+    code = nmt_kubeflow("submit", *COMPILE_FLAGS, "--host", kfp_api.url)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert not kfp_api.calls("POST", "/pipelines/upload")
+    upload = kfp_api.one("POST", "/pipelines/upload_version")
+    assert upload.query["pipelineid"] == ["pipeline-1"]
+    uploaded = json_format.ParseDict(yaml.safe_load(upload.files["uploadfile"]),
+                                     pipeline_spec_pb2.PipelineSpec())
+    assert executors(uploaded)[executor_label(uploaded, "Trainer")].container.image == IMAGE
+    run = kfp_api.one("POST", "/runs").json
+    assert run["pipeline_version_reference"]["pipeline_version_id"] == "version-2"
+    # No --param: the compiled defaults apply.
+    assert run["runtime_config"] == {"parameters": {}, "pipeline_root": PIPELINE_ROOT}
+    assert kfp_api.one("POST", "/experiments").json["display_name"] == "nmt-fra-eng"
+    assert "version version-2" in out
+
+
+def test_schedule_creates_a_recurring_run_with_kfp_six_field_cron(kfp_api, compiled, capsys):
+    kfp_api.add_experiment("nightly")
+    code = nmt_kubeflow("schedule", "--package", compiled, "--host", kfp_api.url,
+                        "--experiment", "nightly", "--cron", "0 3 * * *",
+                        "--param", "data_root=gs://nmt-bucket/latest")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert not kfp_api.calls("POST", "/experiments")  # found by name
+    job = kfp_api.one("POST", "/recurringruns").json
+    assert job["trigger"] == {"cron_schedule": {"cron": "0 0 3 * * *"}}
+    assert (job["mode"], job["max_concurrency"], job["no_catchup"]) == ("ENABLE", 1, True)
+    assert job["experiment_id"] == "experiment-1"
+    assert job["pipeline_version_reference"] == {"pipeline_id": "pipeline-1",
+                                                 "pipeline_version_id": "version-1"}
+    assert job["runtime_config"] == {"parameters": {"data_root": "gs://nmt-bucket/latest"}}
+    assert kfp_api.one("POST", "/pipelines/upload").files["uploadfile"] == read_bytes(compiled)
+    assert (f"recurring-run-1 in experiment nightly: "
+            f"{kfp_api.url}/#/recurringrun/details/recurring-run-1") in out
+
+
+def test_a_refused_request_is_one_line(kfp_api, compiled, capsys):
+    kfp_api.rejections["POST", API + "/pipelines/upload"] = (
+        400, {"error": "bad spec", "message": "Failed to upload: invalid pipeline spec", "code": 3})
+    assert nmt_kubeflow("submit", "--package", compiled, "--host", kfp_api.url) == 1
+    assert capsys.readouterr().err == (
+        f"nmt: error: {kfp_api.url} refused the upload of pipeline 'nmt-fra-eng': "
+        "HTTP 400 Bad Request: Failed to upload: invalid pipeline spec\n")
+    assert not kfp_api.calls("POST", "/runs")
+
+
+def test_a_refused_health_check_is_one_line_without_tracebacks(kfp_api, compiled, capsys,
+                                                              caplog, monkeypatch):
+    kfp_api.rejections["GET", API + "/healthz"] = (401, {"error": "no token", "code": 16})
+    monkeypatch.setattr("kfp.client.client.time.sleep", lambda seconds: None)  # 5 retries
+    assert nmt_kubeflow("submit", "--package", compiled, "--host", kfp_api.url) == 1
+    assert capsys.readouterr().err == (
+        f"nmt: error: {kfp_api.url} refused the health check 5 times: "
+        "HTTP 401 Unauthorized: no token\n")
+    assert not [record for record in caplog.records if record.exc_info]
+
+
+def test_an_unreachable_endpoint_is_one_line(compiled, tmp_path):
+    """A fresh process as a user runs it, with nmt's logging: one line, no traceback."""
+    script = ("import sys; from pipeline import logs; from test_kubeflow import nmt_kubeflow; "
+              "logs.configure(); sys.exit(nmt_kubeflow(*sys.argv[1:]))")
+    result = subprocess.run(
+        [sys.executable, "-c", script, "submit", "--package", compiled,
+         "--host", "http://127.0.0.1:9"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HOME": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "3",
+             "PYTHONPATH": os.pathsep.join([REPO, os.path.join(REPO, "tests")]),
+             "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == 1
+    last_line = result.stderr.splitlines()[-1]
+    assert last_line.startswith("nmt: error: cannot reach the KFP API at "
+                                "http://127.0.0.1:9 (the health check): "), result.stderr
+    assert last_line.endswith("Connection refused")
+    assert "Traceback" not in result.stderr and "Retrying" not in result.stderr
