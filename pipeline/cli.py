@@ -11,6 +11,7 @@ import sys
 from pipeline import config as config_lib
 from components.strict_example_validator import DataValidationError
 from pipeline import data_source, logs
+from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.translate import TranslateError
 
 
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(subparsers)
     _add_translate_parser(subparsers)
+    add_kubeflow_parser(subparsers)
     return parser
 
 

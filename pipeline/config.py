@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
+
+from tfx import v1 as tfx
 
 from components.fra_example_gen import parser
+from pipeline.code_version import code_version
 from schemas import SCHEMA_FILE
 
 PIPELINE_NAME = "nmt-fra-eng"
@@ -35,11 +39,14 @@ class PipelineConfig:
     split_percentages: tuple[int, int, int] = (80, 10, 10)
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
     profile: str = "cpu"  # hyperparameters by name: smoke (CI), cpu, base (GPU)
+    vocab_size: int = 8000  # most frequent words kept per language (plus 4 reserved tokens)
+    vocab_frequency_threshold: int = 2  # rarer words become [UNK]
     train_steps: int | None = None  # None: the profile's
     min_bleu: float | None = None  # None: MIN_BLEU[profile]
     max_metric_drop: float = DEFAULT_MAX_METRIC_DROP
     beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
     enable_cache: bool = True
+    compare_with_latest_blessed: bool = True  # False on open-source KFP (no resolver steps)
 
     @property
     def data_root(self) -> str:
@@ -67,3 +74,28 @@ class PipelineConfig:
     @property
     def bleu_threshold(self) -> float:
         return MIN_BLEU[self.profile] if self.min_bleu is None else self.min_bleu
+
+
+def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
+    """create_pipeline's arguments for a config: the one list every runner starts from."""
+    return dict(
+        pipeline_name=config.pipeline_name,
+        pipeline_root=config.pipeline_root,
+        data_root=config.data_root,
+        data_file_pattern=config.data_file_pattern,
+        schema_file=config.schema_file,
+        split_percentages=config.split_percentages,
+        max_line_bytes=config.max_line_bytes,
+        transform_config={"vocab_size": config.vocab_size,
+                          "frequency_threshold": config.vocab_frequency_threshold,
+                          "code_version": code_version()},
+        train_args=tfx.proto.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
+        trainer_config={"profile": config.profile, "checkpoint_root": config.checkpoint_root,
+                        "code_version": code_version()},
+        min_bleu=config.bleu_threshold,
+        max_metric_drop=config.max_metric_drop,
+        serving_dir=config.serving_dir,
+        beam_pipeline_args=config.beam_pipeline_args,
+        compare_with_latest_blessed=config.compare_with_latest_blessed,
+        enable_cache=config.enable_cache,
+    )

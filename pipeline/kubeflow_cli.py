@@ -75,6 +75,11 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
                            "gs://BUCKET/fra-eng/fra.txt; its directory is the default of the "
                            "data_root runtime parameter"),
         group.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME),
+        group.add_argument("--backend", choices=("kfp", "vertex"), default="kfp",
+                           help="open-source KFP cannot run TFX resolver steps, so there the "
+                           "Evaluator has no baseline and blesses on the BLEU threshold "
+                           "alone; Vertex AI Pipelines compares with the latest blessed "
+                           "model (default: kfp)"),
         group.add_argument("--profile", default=config_lib.PipelineConfig.profile,
                            choices=sorted(hparams.PROFILES), help="model/training profile"),
         group.add_argument("--train-steps", type=int, default=None,
@@ -177,7 +182,7 @@ def _compile_to(args: argparse.Namespace,
     config = config_lib.PipelineConfig(
         data_path=args.data, pipeline_name=args.pipeline_name, pipeline_root=args.pipeline_root,
         schema_file=kubeflow_runner.IMAGE_SCHEMA_FILE, profile=args.profile,
-        train_steps=args.train_steps,
+        train_steps=args.train_steps, compare_with_latest_blessed=args.backend == "vertex",
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS))
     try:
         return kubeflow_runner.compile_pipeline(config, args.image, output_path, _resources(args))

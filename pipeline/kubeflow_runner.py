@@ -7,6 +7,7 @@ Metadata), and the Trainer's container can ask for GPUs, CPU and memory.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Iterable, Mapping
 
 import yaml
@@ -14,7 +15,7 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx import v1 as tfx
 
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, pipeline_arguments
 from pipeline.pipeline import create_pipeline
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
@@ -60,35 +61,30 @@ class Resources:
 
 def runtime_parameters(config: PipelineConfig) -> dict[str, tfx.dsl.experimental.RuntimeParameter]:
     """create_pipeline arguments that each run may set (`--param NAME=VALUE`); the config's
-    values are the defaults. Each name is both the argument and the KFP parameter."""
+    values are the defaults. Each name is both the argument and the KFP parameter.
+
+    TFX takes a runtime parameter only for a whole component setting, so the Trainer's are
+    JSON strings: train_args='{"num_steps": 5000}' (0: the profile's steps) and
+    trainer_config='{"profile": "base", ...}' (the vocabulary stays the compiled one).
+    """
+    arguments = pipeline_arguments(config)
     return {
         "data_root": tfx.dsl.experimental.RuntimeParameter(
             name="data_root", ptype=str, default=config.data_root),
+        "train_args": tfx.dsl.experimental.RuntimeParameter(
+            name="train_args", ptype=str,
+            default=json.dumps({"num_steps": arguments["train_args"].num_steps})),
+        "trainer_config": tfx.dsl.experimental.RuntimeParameter(
+            name="trainer_config", ptype=str,
+            default=json.dumps(arguments["trainer_config"], sort_keys=True)),
     }
 
 
 def build(config: PipelineConfig,
           parameters: Mapping[str, tfx.dsl.experimental.RuntimeParameter]) -> tfx.dsl.Pipeline:
     """The pipeline for KFP: runtime parameters where given; ML Metadata is KFP's."""
-    arguments = dict(
-        pipeline_name=config.pipeline_name,
-        pipeline_root=config.pipeline_root,
-        data_root=config.data_root,
-        data_file_pattern=config.data_file_pattern,
-        schema_file=config.schema_file,
-        split_percentages=config.split_percentages,
-        max_line_bytes=config.max_line_bytes,
-        profile=config.profile,
-        train_steps=config.train_steps,
-        checkpoint_root=config.checkpoint_root,
-        min_bleu=config.bleu_threshold,
-        max_metric_drop=config.max_metric_drop,
-        serving_dir=config.serving_dir,
-        beam_pipeline_args=config.beam_pipeline_args,
-        enable_cache=config.enable_cache,
-        metadata_connection_config=None,
-    )
-    return create_pipeline(**{**arguments, **parameters})
+    return create_pipeline(**{**pipeline_arguments(config), **parameters,
+                              "metadata_connection_config": None})
 
 
 def set_resources(pipeline: tfx.dsl.Pipeline, component_id: str, resources: Resources) -> None:

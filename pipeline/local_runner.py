@@ -7,7 +7,7 @@ import os
 from tfx import v1 as tfx
 from tfx.orchestration import pipeline as tfx_pipeline
 
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, pipeline_arguments
 from pipeline.pipeline import create_pipeline
 
 _LOG = logging.getLogger(__name__)
@@ -15,24 +15,9 @@ _LOG = logging.getLogger(__name__)
 
 def build(config: PipelineConfig) -> tfx.dsl.Pipeline:
     return create_pipeline(
-        pipeline_name=config.pipeline_name,
-        pipeline_root=config.pipeline_root,
-        data_root=config.data_root,
-        data_file_pattern=config.data_file_pattern,
-        schema_file=config.schema_file,
-        split_percentages=config.split_percentages,
-        max_line_bytes=config.max_line_bytes,
-        profile=config.profile,
-        train_steps=config.train_steps,
-        checkpoint_root=config.checkpoint_root,
-        min_bleu=config.bleu_threshold,
-        max_metric_drop=config.max_metric_drop,
-        serving_dir=config.serving_dir,
-        beam_pipeline_args=config.beam_pipeline_args,
-        enable_cache=config.enable_cache,
+        **pipeline_arguments(config),
         metadata_connection_config=tfx.orchestration.metadata
-        .sqlite_metadata_connection_config(config.metadata_path),
-    )
+        .sqlite_metadata_connection_config(config.metadata_path))
 
 
 def run(config: PipelineConfig, to_component: str | None = None) -> None:

@@ -216,8 +216,9 @@ def _parsed(text: Any) -> Any:
     return text
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}, "c": [2]} -> {"a.b": 1, "c.0": 2}"""
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}, "c": [2]} -> {"a.b": 1, "c.0": 2}: nested values compared (diff) and
+    printed (tables) key by key."""
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):
@@ -226,7 +227,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
         return {prefix: value}
     flat: dict[str, Any] = {}
     for key, item in items:
-        flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
     return flat
 
 
@@ -325,6 +326,7 @@ def _blessing_properties(graph: _Graph, artifact: metadata_store_pb2.Artifact) -
     evaluation = graph.sibling(artifact, "ModelEvaluation")
     return {"blessed": bool(custom.get("blessed")), "model": custom.get("current_model_id"),
             "baseline_model": custom.get("baseline_model_id"),
+            "evaluation": evaluation.id if evaluation else None,
             **(_evaluation_properties(graph, evaluation) if evaluation else {})}
 
 
@@ -570,11 +572,11 @@ def _run_facts(graph: _Graph, run: metadata_store_pb2.Context,
     return {
         "components": {"": states},
         "input": {"": source} if source else {},
-        "config": {graph.node_of_execution.get(e.id): _flatten({
+        "config": {graph.node_of_execution.get(e.id): flatten({
             key: _parsed(value) for key, value in _custom(_effective_execution(graph, e)).items()})
             for e in graph.run_executions(run)},
-        "hyperparameters": {"": _flatten(hparams)} if hparams else {},
-        "metrics": {group: _flatten(values) for group, values in _run_metrics(outputs).items()},
+        "hyperparameters": {"": flatten(hparams)} if hparams else {},
+        "metrics": {group: flatten(values) for group, values in _run_metrics(outputs).items()},
     }
 
 

@@ -1,7 +1,7 @@
 """The pipeline, wired as in the diagram; runners (local, Kubeflow) only supply settings."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
@@ -9,7 +9,6 @@ from tfx import v1 as tfx
 from components.atomic_pusher import AtomicPusher
 from components.fra_example_gen import FraTxtExampleGen
 from components.strict_example_validator import StrictExampleValidator
-from pipeline.code_version import code_version
 from pipeline.eval_config import make_eval_config
 
 PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
@@ -24,18 +23,23 @@ def create_pipeline(
     schema_file: str,
     split_percentages: Sequence[int],
     max_line_bytes: int,
-    profile: str,
-    train_steps: int | None,
-    checkpoint_root: str | None,
+    transform_config: dict[str, Any],
+    train_args: tfx.proto.TrainArgs | tfx.dsl.experimental.RuntimeParameter,
+    trainer_config: dict[str, Any] | tfx.dsl.experimental.RuntimeParameter,
     min_bleu: float,
     max_metric_drop: float,
     serving_dir: str,
     beam_pipeline_args: Sequence[str],
+    compare_with_latest_blessed: bool = True,
     enable_cache: bool = True,
     metadata_connection_config: metadata_store_pb2.ConnectionConfig | None = None,
 ) -> tfx.dsl.Pipeline:
     """fra.txt -> ExampleGen -> StatisticsGen -> schema -> ExampleValidator -> Transform
-    -> Trainer -> Evaluator (against the latest blessed model) -> Pusher."""
+    -> Trainer -> Evaluator (against the latest blessed model) -> Pusher.
+
+    Without `compare_with_latest_blessed` there is no baseline Resolver (open-source KFP
+    cannot run resolver steps) and the Evaluator blesses on the BLEU threshold alone.
+    """
     example_gen = FraTxtExampleGen(input_base=data_root, file_pattern=data_file_pattern,
                                    split_percentages=split_percentages,
                                    max_line_bytes=max_line_bytes)
@@ -46,17 +50,16 @@ def create_pipeline(
     transform = tfx.components.Transform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
         preprocessing_fn=PREPROCESSING_FN,
-        custom_config={"profile": profile, "code_version": code_version()})
+        custom_config=transform_config)
     transform.add_upstream_node(example_validator)  # never transform data that failed validation
     trainer = tfx.components.Trainer(
         run_fn=RUN_FN,
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         schema=schema_gen.outputs["schema"],
-        train_args=tfx.proto.TrainArgs(num_steps=train_steps or 0),
+        train_args=train_args,
         eval_args=tfx.proto.EvalArgs(num_steps=0),
-        custom_config={"profile": profile, "checkpoint_root": checkpoint_root,
-                       "code_version": code_version()})
+        custom_config=trainer_config)
     latest_blessed_model = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
@@ -64,7 +67,8 @@ def create_pipeline(
     ).with_id("latest_blessed_model_resolver")
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
-        baseline_model=latest_blessed_model.outputs["model"],
+        baseline_model=(latest_blessed_model.outputs["model"]
+                        if compare_with_latest_blessed else None),
         eval_config=make_eval_config(min_bleu, max_metric_drop))
     pusher = AtomicPusher(
         model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
@@ -74,7 +78,8 @@ def create_pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=pipeline_root,
         components=[example_gen, statistics_gen, schema_gen, example_validator, transform,
-                    trainer, latest_blessed_model, evaluator, pusher],
+                    trainer, *([latest_blessed_model] if compare_with_latest_blessed else []),
+                    evaluator, pusher],
         enable_cache=enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=list(beam_pipeline_args),

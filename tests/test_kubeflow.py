@@ -78,7 +78,8 @@ def spec(compiled) -> pipeline_spec_pb2.PipelineSpec:
 
 
 def test_every_component_is_a_task_in_dependency_order(spec):
-    config = PipelineConfig(data_path=DATA, pipeline_root=PIPELINE_ROOT)
+    config = PipelineConfig(data_path=DATA, pipeline_root=PIPELINE_ROOT,
+                            compare_with_latest_blessed=False)  # --backend kfp, the default
     pipeline = kubeflow_runner.build(config, kubeflow_runner.runtime_parameters(config))
     assert pipeline.metadata_connection_config is None  # KFP provides ML Metadata
     position = {component.id: i for i, component in enumerate(pipeline.components)}
@@ -119,6 +120,28 @@ def test_only_the_trainer_asks_for_gpus_cpu_and_memory(spec):
     assert (resources.accelerator.type, resources.accelerator.count) == ("NVIDIA_TESLA_T4", 2)
     assert (resources.resource_cpu_limit, resources.cpu_limit) == ("8000m", 8.0)
     assert (resources.resource_memory_limit, resources.memory_limit) == ("32000000000", 32.0)
+
+
+def test_open_source_kfp_gets_no_resolver_and_vertex_does(spec, tmp_path):
+    assert not [task for task in spec.root.dag.tasks if "resolver" in task]
+    evaluator_inputs = spec.root.dag.tasks["Evaluator"].inputs.artifacts
+    assert "baseline_model" not in evaluator_inputs
+    path = str(tmp_path / "vertex.yaml")
+    assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--backend", "vertex", "--output", path) == 0
+    vertex = read_spec(path)
+    assert [t for t in vertex.root.dag.tasks if t.startswith("latest_blessed_model_resolver")]
+    assert "baseline_model" in vertex.root.dag.tasks["Evaluator"].inputs.artifacts
+
+
+def test_trainer_steps_and_profile_are_runtime_parameters(spec):
+    parameters = spec.root.input_definitions.parameters
+    assert json.loads(parameters["train_args"].default_value.string_value) == {"num_steps": 0}
+    trainer_config = json.loads(parameters["trainer_config"].default_value.string_value)
+    assert trainer_config["profile"] == "cpu"
+    assert trainer_config["checkpoint_root"] == PIPELINE_ROOT + "/checkpoints"
+    trainer = spec.root.dag.tasks["Trainer"].inputs.parameters
+    assert trainer["train_args"].component_input_parameter == "train_args"
+    assert trainer["custom_config"].component_input_parameter == "trainer_config"
 
 
 def test_data_root_is_a_runtime_parameter_defaulting_to_the_data_directory(spec):

@@ -1,0 +1,239 @@
+"""`nmt metadata runs|artifacts|lineage|models|diff` and `nmt report`: the ML Metadata store,
+read for people (aligned tables) or scripts (--json), without writing MLMD queries.
+
+The store is the local SQLite one of the pipeline root by default; --mysql-* or --grpc-* flags
+read a MySQL-backed store or an MLMD gRPC server instead (as Kubeflow deploys it). TensorFlow
+and TFMA load only when a command needs them (metrics, the report), so `runs` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import sys
+from typing import Any, Callable
+
+from pipeline import config as config_lib
+from pipeline import metadata
+
+MYSQL_PASSWORD_ENV = "NMT_MYSQL_PASSWORD"
+Columns = list[tuple[str, str]]  # (row key, header)
+Table = tuple[str, list[dict[str, Any]], Columns]  # (title, rows, columns)
+
+
+# --- Connection flags, shared by every command --------------------------------------------
+
+def _store_flags() -> argparse.ArgumentParser:
+    flags = argparse.ArgumentParser(add_help=False)
+    group = flags.add_argument_group(
+        "metadata store", "default: the SQLite store <pipeline root>/metadata.sqlite")
+    group.add_argument("--pipeline-root", default=None,
+                       help="pipeline root (default: $NMT_PIPELINE_ROOT or ./nmt_runs)")
+    group.add_argument("--grpc-host", help="read an MLMD gRPC server instead, e.g. "
+                                           "metadata-grpc-service.kubeflow (Kubeflow)")
+    group.add_argument("--grpc-port", type=int, default=8080)
+    group.add_argument("--mysql-host", help="read a MySQL-backed store on this host instead")
+    group.add_argument("--mysql-port", type=int, default=3306)
+    group.add_argument("--mysql-database", default="metadb")
+    group.add_argument("--mysql-user", default="root")
+    group.add_argument("--mysql-password", default=os.environ.get(MYSQL_PASSWORD_ENV, ""),
+                       help=f"default: ${MYSQL_PASSWORD_ENV}")
+    return flags
+
+
+def pipeline_root(args: argparse.Namespace) -> str:
+    return config_lib.PipelineConfig(
+        data_path="", **({"pipeline_root": args.pipeline_root} if args.pipeline_root else {})
+    ).pipeline_root
+
+
+def store_config(args: argparse.Namespace) -> metadata.StoreConfig:
+    """The flags as an MLMD connection: gRPC, MySQL, else the pipeline root's SQLite file."""
+    if args.grpc_host and args.mysql_host:
+        raise metadata.MetadataError("Pass --grpc-host or --mysql-host, not both.")
+    if args.grpc_host:
+        return metadata.grpc_config(args.grpc_host, args.grpc_port)
+    if args.mysql_host:
+        return metadata.mysql_config(args.mysql_host, args.mysql_port, args.mysql_database,
+                                     args.mysql_user, args.mysql_password)
+    return metadata.sqlite_config(config_lib.PipelineConfig(
+        data_path="", pipeline_root=pipeline_root(args)).metadata_path)
+
+
+def reporting_errors(handler: Callable[[argparse.Namespace], int]
+                     ) -> Callable[[argparse.Namespace], int]:
+    """A missing store, unknown id... ends with one `nmt: error:` line and status 2."""
+    @functools.wraps(handler)
+    def handle(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except metadata.MetadataError as err:
+            print(f"nmt: error: {err}", file=sys.stderr)
+            return 2
+    return handle
+
+
+# --- Tables -------------------------------------------------------------------------------
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return ", ".join(f"{k}={_cell(v)}" for k, v in metadata.flatten(value).items())
+    return str(value)
+
+
+def print_table(rows: list[dict[str, Any]], columns: Columns) -> None:
+    """Left-aligned columns under upper-case headers; missing values print as '-'."""
+    cells = [[header for _, header in columns]] + [
+        [_cell(row.get(key)) if key in row else "" for key, _ in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+
+
+def _runs_tables(runs: list[dict[str, Any]]) -> list[Table]:
+    """One line per component; the run's own columns on its first line."""
+    rows = []
+    for run in runs:
+        for index, component in enumerate(run["components"] or [{}]):
+            first = {"run": run["run"], "status": run["status"], "start": run["start"],
+                     "run_seconds": run["duration_s"]} if index == 0 else {}
+            rows.append({**first, **component})
+    return [("", rows, [("run", "RUN"), ("status", "STATUS"), ("start", "STARTED"),
+                        ("run_seconds", "SECONDS"), ("component", "COMPONENT"),
+                        ("state", "STATE"), ("duration_s", "SECONDS")])]
+
+
+_ARTIFACT_COLUMNS: Columns = [("id", "ID"), ("type", "TYPE"), ("producer", "PRODUCER"),
+                              ("run", "RUN"), ("uri", "URI"), ("properties", "PROPERTIES")]
+
+
+def _lineage_tables(result: dict[str, Any]) -> list[Table]:
+    chain = _ARTIFACT_COLUMNS[:4] + [("inputs", "FROM")] + _ARTIFACT_COLUMNS[4:]
+    tables: list[Table] = [(f"Lineage of artifact {result['target']}, back to the input file",
+                            result["chain"], chain)]
+    if result["hyperparameters"]:
+        tables.append(("Trainer hyperparameters",
+                       [{"name": k, "value": v} for k, v in result["hyperparameters"].items()],
+                       [("name", "NAME"), ("value", "VALUE")]))
+    return tables
+
+
+def _models_tables(models: list[dict[str, Any]]) -> list[Table]:
+    rows = [{**m, "serving": "<- serving" if m["serving"] else ""} for m in models]
+    return [("", rows, [("model", "MODEL"), ("run", "RUN"), ("train_steps", "STEPS"),
+                        ("bleu", "BLEU"), ("chrf", "CHRF"), ("blessed", "BLESSED"),
+                        ("pushed_version", "PUSHED"), ("serving", ""), ("uri", "URI")])]
+
+
+def _diff_tables(result: dict[str, Any]) -> list[Table]:
+    return [(f"A: {result['run_a']}\nB: {result['run_b']}", result["changes"],
+             [("section", "SECTION"), ("key", "KEY"), ("a", "A"), ("b", "B")])]
+
+
+# --- Commands -----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Command:
+    name: str
+    help: str
+    query: Callable[[Any, argparse.Namespace], Any]  # (store, args) -> plain data
+    tables: Callable[[Any], list[Table]]
+    arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+
+
+def _artifacts_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--type", dest="type_name", metavar="TYPE",
+                        help="only this artifact type, e.g. Examples, Model, PushedModel")
+    parser.add_argument("--run", metavar="RUN",
+                        help="only what this run's components output (cached ones included)")
+
+
+def _diff_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_a", metavar="RUN_A", help="run id (or a unique prefix)")
+    parser.add_argument("run_b", metavar="RUN_B")
+
+
+_COMMANDS = (
+    _Command("runs", "pipeline runs, newest first, with each component executed/cached/failed",
+             lambda store, args: metadata.list_runs(store), _runs_tables),
+    _Command("artifacts", "artifacts with producer, run and key properties",
+             lambda store, args: metadata.list_artifacts(store, args.type_name, args.run),
+             lambda rows: [("", rows, _ARTIFACT_COLUMNS)], _artifacts_arguments),
+    _Command("lineage", "where a pushed model (or any artifact) came from, back to fra.txt",
+             lambda store, args: metadata.lineage(store, args.ref), _lineage_tables,
+             lambda parser: parser.add_argument(
+                 "ref", metavar="PUSHED_VERSION|ARTIFACT_ID",
+                 help="a pushed version (see `models`) or an artifact id (see `artifacts`)")),
+    _Command("models", "trained models with BLEU/chrF, blessing, pushed version, serving one",
+             lambda store, args: metadata.list_models(store), _models_tables),
+    _Command("diff", "what changed between two runs: components, input, config, "
+                     "hyperparameters, metrics",
+             lambda store, args: metadata.diff_runs(store, args.run_a, args.run_b),
+             _diff_tables, _diff_arguments),
+)
+
+
+def _handler(command: _Command) -> Callable[[argparse.Namespace], int]:
+    @reporting_errors
+    def handle(args: argparse.Namespace) -> int:
+        result = command.query(metadata.connect(store_config(args)), args)
+        if args.json:
+            print(json.dumps(result, indent=2))
+            return 0
+        for title, rows, columns in command.tables(result):
+            if title:
+                print(title)
+            print_table(rows, columns)
+            print()
+        return 0
+    return handle
+
+
+def add_metadata_parser(subparsers: argparse._SubParsersAction) -> None:
+    """`nmt metadata COMMAND [--json] [store flags]`."""
+    parser = subparsers.add_parser("metadata", help="inspect runs, artifacts, lineage and "
+                                                    "models in ML Metadata", description=__doc__)
+    commands = parser.add_subparsers(dest="metadata_command", required=True)
+    flags = _store_flags()
+    for command in _COMMANDS:
+        sub = commands.add_parser(command.name, help=command.help, description=command.help,
+                                  parents=[flags])
+        command.arguments(sub)
+        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+        sub.set_defaults(handler=_handler(command))
+
+
+def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
+    """`nmt report [RUN] [--output DIR] [store flags]`."""
+    parser = subparsers.add_parser(
+        "report", parents=[_store_flags()],
+        help="write an HTML report of a run: loss curves, BLEU by length, sample "
+             "translations, attention")
+    parser.add_argument("run", nargs="?", metavar="RUN",
+                        help="run id or a unique prefix (default: the newest run)")
+    parser.add_argument("--output", metavar="DIR",
+                        help="where report.html and its PNGs go "
+                             "(default: <pipeline root>/reports/<run>)")
+    parser.add_argument("--samples", type=int, default=8,
+                        help="eval sentences to translate (default 8)")
+    parser.set_defaults(handler=_report)
+
+
+@reporting_errors
+def _report(args: argparse.Namespace) -> int:
+    from pipeline import report  # heavy (TF, matplotlib): only when needed
+
+    store = metadata.connect(store_config(args))
+    run_id = metadata.get_run(store, args.run)["run"]
+    output = args.output or os.path.join(pipeline_root(args), "reports",
+                                         run_id.replace(":", ""))
+    print(report.write_report(store, run_id, output, args.samples))
+    return 0

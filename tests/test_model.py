@@ -1,0 +1,316 @@
+"""Model core: masks, KV-cached decoding, beam search, loss/metrics, schedule, configs, overfitting.
+
+Small on purpose (tiny models, one toy training of a few hundred steps): ~1 min on 2 CPU cores.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module import decoding, optimization
+from trainer_module.hparams import END_ID, PAD_ID, PROFILES, START_ID, HParams, get_profile
+from trainer_module.model import (DecoderLayer, EncoderLayer, MultiHeadAttention,
+                                  PositionWiseFeedForward, TokenEmbedding, Transformer)
+
+SOURCE_VOCAB, TARGET_VOCAB = 30, 40
+FIRST_WORD = END_ID + 1  # ids below are PAD/UNK/START/END
+
+
+def graph_function(function: Callable, **kwargs: object) -> Callable:
+    """tf.function without AutoGraph: our code needs none, and converting Keras' internals makes
+    tracing several times slower."""
+    return tf.function(function, autograph=False, **kwargs)
+
+
+def tiny_hparams(**overrides: object) -> HParams:
+    """Two layers (so the cache is exercised across layers), no dropout (deterministic)."""
+    hparams = dataclasses.replace(get_profile("smoke"), num_layers=2, dropout_rate=0.0)
+    return dataclasses.replace(hparams, **overrides).with_vocab_sizes(SOURCE_VOCAB, TARGET_VOCAB)
+
+
+def padded_ids(rng: np.random.Generator, lengths: list[int], vocab: int,
+               width: int | None = None) -> np.ndarray:
+    """[len(lengths), width] int32: random word ids, then PAD_ID."""
+    ids = np.full([len(lengths), width or max(lengths)], PAD_ID, np.int32)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(FIRST_WORD, vocab, length)
+    return ids
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    """Random init, untied output layer: its greedy outputs vary, unlike a tied random model's."""
+    tf.random.set_seed(1)
+    model = Transformer(tiny_hparams(tie_output_to_embedding=False))
+    model((tf.ones([1, 2], tf.int32), tf.ones([1, 2], tf.int32)))
+    return model
+
+
+@pytest.fixture(scope="module")
+def sources() -> tf.Tensor:
+    return tf.constant(padded_ids(np.random.default_rng(0), [9, 3, 6, 1, 7], SOURCE_VOCAB))
+
+
+def test_causal_mask_hides_later_target_tokens(model):
+    rng = np.random.default_rng(1)
+    source = padded_ids(rng, [7, 5], SOURCE_VOCAB)
+    target = padded_ids(rng, [10, 10], TARGET_VOCAB)
+    logits = model((source, target)).numpy()
+    for i in (0, 4, 8):
+        changed = target.copy()
+        changed[:, i + 1:] = rng.integers(FIRST_WORD, TARGET_VOCAB, changed[:, i + 1:].shape)
+        changed_logits = model((source, changed)).numpy()
+        np.testing.assert_allclose(changed_logits[:, :i + 1], logits[:, :i + 1], atol=1e-5)
+        assert not np.allclose(changed_logits[:, i + 1:], logits[:, i + 1:], atol=1e-3)
+
+
+def test_extra_source_padding_changes_nothing(model, sources):
+    padded = tf.pad(sources, [[0, 0], [0, 6]])
+    target = padded_ids(np.random.default_rng(2), [4, 8, 2, 8, 5], TARGET_VOCAB)
+    np.testing.assert_allclose(model((padded, target)), model((sources, target)), atol=1e-5)
+    greedy = graph_function(lambda ids: decoding.greedy_decode(
+        model, ids, decoding.max_decode_length(ids, model.hparams)),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    (tokens, scores), (padded_tokens, padded_scores) = greedy(sources), greedy(padded)
+    np.testing.assert_array_equal(padded_tokens, tokens)
+    np.testing.assert_allclose(padded_scores, scores, rtol=1e-5)
+
+
+def test_source_and_target_lengths_differ(model):
+    rng = np.random.default_rng(3)
+    source = padded_ids(rng, [19, 12], SOURCE_VOCAB)
+    target = padded_ids(rng, [20, 20], TARGET_VOCAB)
+    assert model((source, target)).shape == (2, 20, TARGET_VOCAB)
+    weights = model.cross_attention_weights(source, target).numpy()
+    assert weights.shape == (2, model.hparams.num_layers, model.hparams.num_heads, 20, 19)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(weights[1, ..., 12:] == 0.0)  # PAD source positions get no attention
+
+
+def test_cached_decoding_equals_full_decoding(model, sources):
+    target = padded_ids(np.random.default_rng(4), [12] * 5, TARGET_VOCAB)
+    memory, source_mask = model.encode(sources)
+    full_logits, _ = model.decode(target, memory, source_mask)
+    cache = model.init_cache(memory, source_mask, 12)
+    for step in range(12):  # teacher-forced, one position at a time
+        logits, cache = model.decode_step(tf.constant(target[:, step]), tf.constant(step), cache)
+        np.testing.assert_allclose(logits, full_logits[:, step], atol=1e-4)
+
+    limits = decoding.max_decode_length(sources, model.hparams)
+    tokens, scores = graph_function(lambda ids: decoding.greedy_decode(model, ids, limits))(sources)
+    ref_tokens, ref_scores = graph_function(
+        lambda ids: decoding.uncached_greedy_decode(model, ids, limits))(sources)
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    np.testing.assert_allclose(scores, ref_scores, rtol=1e-4)
+    assert len(np.unique(tokens)) > 5  # the comparison is not between trivial outputs
+    for row, limit in zip(tokens.numpy(), limits.numpy()):  # END then PAD, or stopped at limit
+        length = list(row).index(END_ID) + 1 if END_ID in row else limit
+        assert length <= limit and np.all(row[:length] != PAD_ID) and np.all(row[length:] == PAD_ID)
+
+
+def test_beam_width_one_is_greedy(model, sources):
+    limits = decoding.max_decode_length(sources, model.hparams)
+    tokens, scores = graph_function(lambda ids: decoding.greedy_decode(model, ids, limits))(sources)
+    beam = graph_function(
+        lambda ids, alpha: decoding.beam_search_decode(model, ids, limits, 1, alpha))
+    for alpha in (0.0, 0.6):
+        beam_tokens, beam_scores = beam(sources, alpha)
+        np.testing.assert_array_equal(beam_tokens, tokens)
+    np.testing.assert_allclose(beam(sources, 0.0)[1], scores, rtol=1e-5)
+
+
+def test_beam_search_scores_are_the_model_log_probs_of_its_outputs(model, sources):
+    """Catches beams mixed up with another beam's cache: the scores would no longer add up."""
+    alpha = 0.6
+    tokens, scores = graph_function(lambda ids: decoding.beam_search_decode(
+        model, ids, decoding.max_decode_length(ids, model.hparams), 3, alpha),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)])(sources)
+    tokens = tokens.numpy()
+    targets_in = np.concatenate([np.full([len(tokens), 1], START_ID), tokens[:, :-1]], axis=1)
+    logits = model((sources, targets_in)).numpy()
+    logits[..., [PAD_ID, START_ID]] = -np.inf  # never generated
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    chosen = np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
+    lengths = np.count_nonzero(tokens, axis=1)
+    expected = np.where(tokens != PAD_ID, chosen, 0.0).sum(1) / ((5 + lengths) / 6) ** alpha
+    np.testing.assert_allclose(scores, expected, rtol=1e-4)
+
+
+def test_max_decode_length_counts_real_tokens_and_is_capped():
+    hparams = dataclasses.replace(get_profile("smoke"), decode_length_ratio=1.5,
+                                  decode_max_extra_tokens=2, decode_max_length=20)
+    source = padded_ids(np.random.default_rng(5), [1, 4, 30], SOURCE_VOCAB, width=32)
+    np.testing.assert_array_equal(decoding.max_decode_length(source, hparams), [4, 8, 20])
+
+
+def test_mixed_precision_model_runs_with_float32_logits():
+    tf.random.set_seed(6)
+    hparams = tiny_hparams(mixed_precision=True)
+    model = Transformer(hparams)
+    optimizer = optimization.make_optimizer(hparams)
+    assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+    rng = np.random.default_rng(6)
+    source, target = padded_ids(rng, [5, 3], SOURCE_VOCAB), padded_ids(rng, [6, 4], TARGET_VOCAB)
+    with tf.GradientTape() as tape:
+        logits = model((source, target), training=True)
+        loss = optimization.masked_cross_entropy(target, logits, hparams.label_smoothing)
+        scaled_loss = optimizer.get_scaled_loss(loss)
+    gradients = optimizer.get_unscaled_gradients(
+        tape.gradient(scaled_loss, model.trainable_variables))
+    optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+    assert logits.dtype == tf.float32 and np.isfinite(loss.numpy())
+    assert model.encode(source)[0].dtype == tf.float16
+    assert all(variable.dtype == tf.float32 for variable in model.trainable_variables)
+    tokens, scores = decoding.greedy_decode(model, tf.constant(source), 4)
+    assert tokens.shape[0] == 2 and tokens.shape[1] <= 4 and np.all(np.isfinite(scores))
+
+
+@pytest.fixture(scope="module")
+def overfit() -> tuple[Transformer, np.ndarray, np.ndarray, float]:
+    """50 pairs: target = source reversed, each id mapped through a fixed permutation.
+
+    Returns the trained model, sources, target outputs (ending in END_ID) and the final loss.
+    """
+    rng = np.random.default_rng(7)
+    lengths = list(rng.integers(3, 9, 50))
+    sources = padded_ids(rng, lengths, SOURCE_VOCAB)
+    mapping = rng.permutation(np.arange(FIRST_WORD, TARGET_VOCAB))[:SOURCE_VOCAB]
+    targets_out = np.full([50, sources.shape[1] + 1], PAD_ID, np.int32)
+    for row, length in enumerate(lengths):
+        targets_out[row, :length + 1] = [*mapping[sources[row, :length][::-1]], END_ID]
+    targets_in = np.where(targets_out == END_ID, PAD_ID, targets_out)
+    targets_in = np.concatenate([np.full([50, 1], START_ID), targets_in[:, :-1]], axis=1)
+
+    tf.random.set_seed(7)
+    hparams = tiny_hparams(d_model=64, dff=128, label_smoothing=0.0, warmup_steps=50,
+                           learning_rate_scale=0.3)
+    model = Transformer(hparams)
+    model((sources[:1], targets_in[:1]))
+    optimizer = optimization.make_optimizer(hparams)
+    optimizer.build(model.trainable_variables)  # no variables created in the step: one trace
+
+    @graph_function
+    def train_step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            logits = model((sources, targets_in), training=True)
+            loss = optimization.masked_cross_entropy(targets_out, logits, hparams.label_smoothing)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                      model.trainable_variables))
+        return loss
+
+    for _ in range(200):
+        loss = train_step()
+    return model, sources, targets_out, float(loss)
+
+
+def test_overfits_toy_task_and_greedy_reproduces_targets(overfit):
+    model, sources, targets_out, loss = overfit
+    assert loss < 0.02
+    tokens, _ = decoding.greedy_decode(model, tf.constant(sources), targets_out.shape[1] + 2)
+    np.testing.assert_array_equal(tokens, targets_out)  # also: stopped once all ended
+
+
+def test_beam_search_returns_end_terminated_sequences(overfit):
+    model, sources, targets_out, _ = overfit
+    tokens, scores = graph_function(lambda ids: decoding.beam_search_decode(
+        model, ids, targets_out.shape[1] + 2, beam_width=3, alpha=0.6))(tf.constant(sources))
+    np.testing.assert_array_equal(tokens, targets_out)
+    assert np.all(scores.numpy() < 0.0) and np.all(scores.numpy() > -0.5)
+
+
+def test_learning_rate_schedule_warms_up_then_decays():
+    schedule = optimization.TransformerSchedule(d_model=512, warmup_steps=4000)
+
+    def paper(step: int) -> float:
+        return 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)
+
+    iterations = np.array([0, 99, 3998, 3999, 4000, 39_999])  # optimizer iteration = step - 1
+    rates = schedule(iterations).numpy()
+    np.testing.assert_allclose(rates, [paper(i + 1) for i in iterations], rtol=1e-5)
+    assert rates[0] > 0.0 and np.argmax(rates) == 3 and rates[3] > rates[4] > rates[5]
+    clone = optimization.TransformerSchedule.from_config(
+        optimization.TransformerSchedule(256, 500, scale=0.5).get_config())
+    np.testing.assert_allclose(clone(499), 0.5 * (256 * 500) ** -0.5, rtol=1e-5)
+
+    optimizer = optimization.make_optimizer(tiny_hparams())
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+    assert optimizer.get_config()["learning_rate"]["config"] == {
+        "d_model": 32, "warmup_steps": 20, "scale": 0.5}
+
+
+def test_loss_and_metrics_ignore_padding():
+    rng = np.random.default_rng(8)
+    labels = np.array([[5, 6, 7, END_ID], [8, END_ID, PAD_ID, PAD_ID]], np.int32)
+    logits = rng.normal(size=[2, 4, 10]).astype(np.float32)
+    garbage_at_pad = logits.copy()
+    garbage_at_pad[1, 2:] = rng.normal(scale=50.0, size=[2, 10])
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    real = labels != PAD_ID
+    nll = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0][real]
+    smoothed = 0.9 * nll - 0.1 * log_probs[real].mean(-1)
+
+    for smoothing, expected in ((0.0, nll.mean()), (0.1, smoothed.mean())):
+        for some_logits in (logits, garbage_at_pad):
+            loss = optimization.masked_cross_entropy(labels, some_logits, smoothing)
+            np.testing.assert_allclose(loss, expected, rtol=1e-5)
+
+    predictions = np.zeros([2, 4, 10], np.float32)
+    predictions[..., 9] = 1.0  # wrong everywhere ...
+    predictions[0, 0, 5] = 10.0  # ... but for one real token
+    predictions[1, 2:, PAD_ID] = 10.0  # "right" at PAD positions, which must not count
+    accuracy, perplexity = optimization.MaskedAccuracy(), optimization.Perplexity()
+    accuracy.update_state(labels, predictions)
+    perplexity.update_state(labels, garbage_at_pad)
+    np.testing.assert_allclose(accuracy.result(), 1 / 6, rtol=1e-6)
+    np.testing.assert_allclose(perplexity.result(), np.exp(nll.mean()), rtol=1e-5)
+
+
+@pytest.mark.parametrize("layer, inputs", [
+    (TokenEmbedding(30, 16), lambda: [tf.constant([[5, 6, 0]])]),
+    (MultiHeadAttention(16, 4), lambda: [tf.ones([2, 3, 16]), tf.ones([2, 5, 16]),
+                                         tf.ones([2, 1, 5], tf.bool)]),
+    (PositionWiseFeedForward(16, 32), lambda: [tf.ones([2, 3, 16])]),
+    (EncoderLayer(16, 4, 32, 0.1), lambda: [tf.ones([2, 3, 16]), tf.ones([2, 3], tf.bool)]),
+    (DecoderLayer(16, 4, 32, 0.1), lambda: [tf.ones([2, 3, 16]), tf.ones([2, 5, 16]),
+                                            tf.ones([2, 5], tf.bool)]),
+])
+def test_layer_config_round_trip(layer, inputs):
+    arguments = inputs()
+    expected = layer(*arguments)
+    clone = type(layer).from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    clone(*arguments)
+    clone.set_weights(layer.get_weights())
+    tf.nest.map_structure(np.testing.assert_allclose, clone(*arguments), expected)
+
+
+def test_transformer_config_round_trip(model):
+    clone = Transformer.from_config(model.get_config())
+    assert clone.hparams == model.hparams
+    source, target = tf.constant([[5, 6, 7]]), tf.constant([[START_ID, 8]])
+    clone((source, target))
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(clone((source, target)), model((source, target)))
+
+
+def test_profiles_and_vocab_sizes():
+    assert set(PROFILES) == {"smoke", "cpu", "base"}
+    base = get_profile("base")
+    assert (base.num_layers, base.d_model, base.num_heads, base.dff) == (6, 512, 8, 2048)
+    assert base.mixed_precision and base.use_xla and base.dropout_rate == 0.1
+    with pytest.raises(ValueError, match="valid names: base, cpu, smoke"):
+        get_profile("large")
+    with pytest.raises(ValueError, match="with_vocab_sizes"):
+        Transformer(get_profile("smoke"))
+    sized = get_profile("cpu").with_vocab_sizes(8000, 9000)
+    assert (sized.source_vocab_size, sized.target_vocab_size) == (8000, 9000)
+    assert get_profile("cpu").source_vocab_size == 0  # the profile itself is untouched
