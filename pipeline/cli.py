@@ -7,6 +7,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads: hide CUDA
 
 import argparse
 import sys
+import warnings
+
+# Google client libraries warn at import about Python versions they will drop one day.
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
 
 from pipeline import config as config_lib
 from components.strict_example_validator import DataValidationError
@@ -39,9 +43,14 @@ def _add_run_parser(subparsers) -> None:
     run.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
                      help="Beam pipeline argument, repeatable (default: "
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
-    run.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "base"],
+    run.add_argument("--profile", default="cpu", choices=sorted(config_lib.MIN_BLEU),
                      help="model/training profile: smoke (seconds, CI), cpu (default), "
-                          "base (the paper's base model, for a GPU)")
+                          "base (the paper's base model, for a GPU), seeds (the old recipe, "
+                          "for comparison)")
+    run.add_argument("--vocab-size", type=int, default=config_lib.PipelineConfig.vocab_size,
+                     help="words kept per language by Transform")
+    run.add_argument("--max-train-seconds", type=float, default=None,
+                     help="stop training after this many seconds (same-time comparisons)")
     run.add_argument("--train-steps", type=int, default=None,
                      help="training steps (default: the profile's)")
     run.add_argument("--min-bleu", type=float, default=None,
@@ -67,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
         profile=args.profile, train_steps=args.train_steps, min_bleu=args.min_bleu,
+        vocab_size=args.vocab_size, max_train_seconds=args.max_train_seconds,
         max_metric_drop=args.max_metric_drop,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)

@@ -28,3 +28,8 @@ def configure(verbose: bool = False) -> None:
     if not verbose:
         handler.addFilter(_ProgressFilter())
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    # TFX reports progress through absl's logger, whose level tf.saved_model.save (run by
+    # Transform and Trainer) raises to WARNING as a side effect: pin it at INFO.
+    absl_logger = logging.getLogger("absl")
+    absl_logger.setLevel(logging.INFO)
+    absl_logger.setLevel = lambda level: None

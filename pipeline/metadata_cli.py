@@ -84,7 +84,9 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4g}"
-    if isinstance(value, (dict, list)):
+    if isinstance(value, list):
+        return ",".join(map(_cell, value))
+    if isinstance(value, dict):
         return ", ".join(f"{k}={_cell(v)}" for k, v in metadata.flatten(value).items())
     return str(value)
 

@@ -94,3 +94,21 @@ def load_history(path: str) -> list[dict[str, float]]:
         return []
     with tf.io.gfile.GFile(path) as f:
         return json.load(f)
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once it has run `seconds` (for same-wall-time comparisons)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self._start = 0.0
+
+    def on_train_begin(self, logs=None) -> None:
+        self._start = time.time()
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        if time.time() - self._start >= self.seconds:
+            _LOG.info("Training time budget of %.0f s used up at step %d: stopping.",
+                      self.seconds, int(self.model.optimizer.iterations.numpy()))
+            self.model.stop_training = True

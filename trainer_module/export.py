@@ -14,8 +14,6 @@ Signatures:
 """
 from __future__ import annotations
 
-import logging
-
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -121,13 +119,10 @@ class Translator(tf.Module):
 def export_translator(model: Transformer, tf_transform_output: tft.TFTransformOutput,
                       hparams: HParams, export_dir: str) -> None:
     translator = Translator(model, tf_transform_output, hparams)
-    absl_logger = logging.getLogger("absl")
-    level = absl_logger.level  # tf.saved_model.save raises it to WARNING as a side effect,
-    tf.saved_model.save(translator, export_dir, signatures={  # which would hide TFX's progress
+    tf.saved_model.save(translator, export_dir, signatures={
         SERVING_SIGNATURE: translator.serve_greedy,
         BEAM_SIGNATURE: translator.serve_beam,
         EXAMPLES_SIGNATURE: translator.serve_examples,
         TRANSFORM_SIGNATURE: translator.serve_transform_features,
         ATTENTION_SIGNATURE: translator.serve_attention,
     })
-    absl_logger.setLevel(level)

@@ -32,6 +32,7 @@ class HParams:
     # Multiplies the paper's schedule: its peak d_model^-0.5 * warmup^-0.5 is tied to the warmup
     # length, so short runs (short warmup) need this to keep the peak learning rate sane.
     learning_rate_scale: float = 1.0
+    optimizer: str = "adam"  # "adam" (the paper's) or "rmsprop" (the seeds' recipe, default rate)
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
     adam_epsilon: float = 1e-9
@@ -42,6 +43,8 @@ class HParams:
     checkpoint_every: int = 2000
     max_source_length: int = 128  # training pairs with more tokens (without START/END) are dropped
     max_target_length: int = 128
+    bucketing: bool = True  # False: pad every pair to max_*_length (the seeds' input pipeline)
+    max_train_seconds: float = 0.0  # >0: stop early once training took this long (benchmarks)
 
     # Filled in at training time from the vocabulary files, see `with_vocab_sizes`.
     source_vocab_size: int = 0
@@ -66,6 +69,8 @@ class HParams:
             raise ValueError(f"d_model={self.d_model} must be even for the sinusoidal encoding")
         if not 0.0 <= self.dropout_rate < 1.0 or not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError("dropout_rate and label_smoothing must be in [0, 1)")
+        if self.optimizer not in ("adam", "rmsprop"):
+            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
         if self.beam_width < 1:
             raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
 
@@ -95,6 +100,13 @@ PROFILES: dict[str, HParams] = {
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it.
     "base": HParams(mixed_precision=True, use_xla=True),
+    # The seeds' recipe, kept to measure ours against (BENCHMARKS.md): 1+1 layers, d_model 256,
+    # 8 heads, dff 2048, RMSprop, pairs padded to length 20 (run it with --vocab-size 15000).
+    "seeds": HParams(
+        num_layers=1, d_model=256, num_heads=8, dff=2048, dropout_rate=0.5,
+        tie_output_to_embedding=False, label_smoothing=0.0, optimizer="rmsprop",
+        batch_tokens=64 * 21, train_steps=100_000, checkpoint_every=500, max_source_length=20,
+        max_target_length=20, bucketing=False, decode_max_length=20),
 }
 
 

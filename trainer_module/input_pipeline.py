@@ -80,10 +80,13 @@ def batch_pairs(pairs: tf.data.Dataset, hparams: HParams, bucketing: bool = True
 
 
 def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTransformOutput,
-                 hparams: HParams, training: bool, bucketing: bool = True,
+                 hparams: HParams, training: bool, bucketing: bool | None = None,
                  seed: int | None = None) -> tf.data.Dataset:
-    """Training: cached, shuffled, repeated forever. Evaluation: one ordered pass."""
+    """Training: cached, shuffled, repeated forever. Evaluation: one ordered pass.
+
+    bucketing: None follows hparams.bucketing."""
     pairs = read_pairs(file_pattern, tf_transform_output, hparams).cache()
     if training:
         pairs = pairs.shuffle(_SHUFFLE_PAIRS, seed=seed, reshuffle_each_iteration=True).repeat()
+    bucketing = hparams.bucketing if bucketing is None else bucketing
     return batch_pairs(pairs, hparams, bucketing).prefetch(tf.data.AUTOTUNE)

@@ -97,10 +97,13 @@ def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
     Keras' fit scales the loss itself; a custom train step under mixed precision must call
     get_scaled_loss / get_unscaled_gradients.
     """
-    optimizer = keras.optimizers.Adam(
-        learning_rate=TransformerSchedule(
-            hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale),
-        beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon)
+    if hparams.optimizer == "rmsprop":  # the seeds' recipe: Keras defaults, no schedule
+        optimizer = keras.optimizers.RMSprop()
+    else:
+        optimizer = keras.optimizers.Adam(
+            learning_rate=TransformerSchedule(
+                hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale),
+            beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon)
     if hparams.mixed_precision:
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     return optimizer

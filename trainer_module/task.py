@@ -38,6 +38,8 @@ def _hparams(fn_args: tfx.components.FnArgs,
         hparams = dataclasses.replace(
             hparams, train_steps=fn_args.train_steps,
             checkpoint_every=min(hparams.checkpoint_every, fn_args.train_steps))
+    if config.get("max_train_seconds"):
+        hparams = dataclasses.replace(hparams, max_train_seconds=config["max_train_seconds"])
     sizes = [tf_transform_output.vocabulary_size_by_name(name) + len(RESERVED_TOKENS)
              for name in (SOURCE_VOCAB, TARGET_VOCAB)]
     return devices.fit_to_devices(hparams.with_vocab_sizes(*sizes))
@@ -84,11 +86,14 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     history_path = os.path.join(manager.directory, HISTORY_FILE)
     start_epoch = int(model.optimizer.iterations.numpy()) // hparams.checkpoint_every
     epochs = -(-hparams.train_steps // hparams.checkpoint_every)
+    feedback = [callbacks.ProgressLogger(epochs * hparams.checkpoint_every),
+                callbacks.CheckpointAndHistory(manager, history_path),
+                keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50)]
+    if hparams.max_train_seconds:
+        feedback.append(callbacks.TimeBudget(hparams.max_train_seconds))
     model.fit(train_data, epochs=epochs, initial_epoch=start_epoch,
               steps_per_epoch=hparams.checkpoint_every, validation_data=eval_data, verbose=0,
-              callbacks=[callbacks.ProgressLogger(epochs * hparams.checkpoint_every),
-                         callbacks.CheckpointAndHistory(manager, history_path),
-                         keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50)])
+              callbacks=feedback)
 
     export.export_translator(model, tf_transform_output, hparams, fn_args.serving_model_dir)
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
