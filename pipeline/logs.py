@@ -33,3 +33,7 @@ def configure(verbose: bool = False) -> None:
     absl_logger = logging.getLogger("absl")
     absl_logger.setLevel(logging.INFO)
     absl_logger.setLevel = lambda level: None
+    # TensorFlow's logger prints through a handler of its own: route it through ours.
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.handlers.clear()
+    tf_logger.propagate = True
