@@ -1,0 +1,95 @@
+"""Translation quality on a split: sacreBLEU BLEU and chrF against all references, overall
+and per English length bucket, with sacreBLEU's signature.
+
+Usage: python benchmarks/quality.py --pipeline-root /work/runs/cpu --model DIR [--model DIR2]
+           [--split test] [--batch-size 64]
+--model is a SavedModel (e.g. a pushed version or a Trainer's Format-Serving directory);
+several are scored on the same sentences, side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import time
+
+import sacrebleu
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the Transform graph's NFKC op)
+
+from benchmarks.train_throughput import latest
+from trainer_module.preprocessing import LENGTH_BUCKETS
+
+
+def read_examples(pipeline_root: str, split: str) -> list[tuple[str, list[str]]]:
+    """(English, all French references) from ExampleGen's output."""
+    examples = latest(os.path.join(pipeline_root, "FraTxtExampleGen", "examples", "*"))
+    rows = []
+    files = sorted(glob.glob(os.path.join(examples, f"Split-{split}", "*")))
+    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        rows.append((feature["english"].bytes_list.value[0].decode(),
+                     [v.decode() for v in feature["french"].bytes_list.value]))
+    return rows
+
+
+def bucket_of(english: str) -> str:
+    words = len(english.split())
+    return next(name for low, high, name in LENGTH_BUCKETS if high is None or words <= high)
+
+
+def score(hypotheses: list[str], references: list[list[str]]) -> dict:
+    most = max(len(r) for r in references)
+    streams = [[r[i] if i < len(r) else None for r in references] for i in range(most)]
+    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    return {"sentences": len(hypotheses),
+            "bleu": round(bleu.corpus_score(hypotheses, streams).score, 2),
+            "chrf": round(chrf.corpus_score(hypotheses, streams).score, 2),
+            "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature())}
+
+
+def translate(model_dir: str, sentences: list[str], batch_size: int) -> list[str]:
+    signature = tf.saved_model.load(model_dir).signatures["serving_default"]
+    out = []
+    for start in range(0, len(sentences), batch_size):
+        batch = tf.constant(sentences[start:start + batch_size])
+        out += [t.decode() for t in signature(batch)["translation"].numpy()]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pipeline-root", required=True)
+    parser.add_argument("--model", action="append", required=True)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+    rows = read_examples(args.pipeline_root, args.split)
+    english = [e for e, _ in rows]
+    references = [r for _, r in rows]
+    results = {"split": args.split, "models": {}}
+    for model_dir in args.model:
+        start = time.time()
+        hypotheses = translate(model_dir, english, args.batch_size)
+        by_bucket = collections.defaultdict(list)
+        for i, sentence in enumerate(english):
+            by_bucket[bucket_of(sentence)].append(i)
+        results["models"][model_dir] = {
+            "overall": score(hypotheses, references),
+            "by_english_length": {
+                bucket: {k: v for k, v in score([hypotheses[i] for i in idx],
+                                                [references[i] for i in idx]).items()
+                         if "signature" not in k}
+                for bucket, idx in sorted(by_bucket.items())},
+            "decode_seconds": round(time.time() - start, 1),
+            "samples": [{"english": english[i], "translation": hypotheses[i],
+                         "references": references[i][:3]} for i in range(0, len(english), 2000)],
+        }
+    print(json.dumps(results, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
