@@ -7,7 +7,7 @@ PIP_FLAGS := --ignore-requires-python -c constraints.txt
 # Extra flags for `nmt run`, e.g. make run ARGS="--data ~/fra.txt --profile cpu"
 ARGS ?=
 
-.PHONY: venv run test clean
+.PHONY: venv run test clean chromium
 
 venv: $(VENV)/.installed
 
@@ -22,7 +22,11 @@ $(VENV)/.installed: setup.py constraints.txt
 run: venv
 	$(BIN)/nmt run $(ARGS)
 
-test: venv
+# The run report's test opens the HTML in headless Chromium (Debian's package; needs root).
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+test: venv chromium
 	$(BIN)/python -m pytest -q tests
 
 clean:

@@ -19,6 +19,7 @@ setup(
         "apache-beam[gcp]",
         "kfp>=2.6",
         "sacrebleu",
+        "matplotlib",
     ],
     extras_require={"test": ["pytest"]},
     entry_points={"console_scripts": ["nmt=pipeline.cli:main"]},

@@ -1,4 +1,4 @@
-"""`nmt`: the one command-line entry point (run the pipeline, ...)."""
+"""`nmt`: the one command-line entry point: run, translate, kubeflow, metadata, report."""
 from __future__ import annotations
 
 import os
@@ -16,6 +16,7 @@ from pipeline import config as config_lib
 from components.strict_example_validator import DataValidationError
 from pipeline import data_source, logs
 from pipeline.kubeflow_cli import add_kubeflow_parser
+from pipeline.metadata_cli import add_metadata_parser, add_report_parser
 from pipeline.translate import TranslateError
 
 
@@ -122,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(subparsers)
     _add_translate_parser(subparsers)
     add_kubeflow_parser(subparsers)
+    add_metadata_parser(subparsers)
+    add_report_parser(subparsers)
     return parser
 
 

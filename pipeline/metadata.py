@@ -31,7 +31,7 @@ RUN_CONTEXT, PIPELINE_CONTEXT, NODE_CONTEXT = "pipeline_run", "pipeline", "node"
 SERVING_MODEL_DIR = "Format-Serving"  # the SavedModel inside a Model artifact
 # Written by trainer_module.task into the ModelRun artifact (not imported: it loads TensorFlow).
 HPARAMS_FILE, HISTORY_FILE = "hparams.json", "history.json"
-TRAINING_METRICS = ("loss", "masked_accuracy", "perplexity",
+_TRAINING_METRICS = ("loss", "masked_accuracy", "perplexity",
                     "val_loss", "val_masked_accuracy", "val_perplexity")
 # Inputs that are not where an artifact came from: the Evaluator's baseline is the last model.
 _NOT_LINEAGE = frozenset({"baseline_model"})
@@ -41,6 +41,8 @@ _STATE_NAMES = {
     metadata_store_pb2.Execution.FAILED: "failed",
     metadata_store_pb2.Execution.CANCELED: "canceled",
 }
+# The events that say what an execution read and wrote (not e.g. a resolver's INTERNAL_OUTPUT).
+_LINKS = (metadata_store_pb2.Event.INPUT, metadata_store_pb2.Event.OUTPUT)
 _UNFINISHED = (metadata_store_pb2.Execution.NEW, metadata_store_pb2.Execution.RUNNING)
 _RUN_STATUS_ORDER = ("failed", "canceled", "running", "interrupted")  # the first found wins
 _DIFF_SECTIONS = ("components", "input", "config", "hyperparameters", "metrics")
@@ -48,7 +50,7 @@ _DIFF_SECTIONS = ("components", "input", "config", "hyperparameters", "metrics")
 StoreConfig = metadata_store_pb2.ConnectionConfig | metadata_store_pb2.MetadataStoreClientConfig
 
 
-class MetadataError(RuntimeError):
+class MetadataError(Exception):
     """No store, an empty one, or an unknown run/artifact/type: the message says what to do."""
 
 
@@ -83,16 +85,18 @@ def grpc_config(host: str, port: int,
 
 
 @contextlib.contextmanager
-def _store_errors() -> Iterator[None]:
-    """MLMD's status errors (unreachable server, not a store...) as one clear MetadataError."""
+def _store_errors(*errors: type[Exception]) -> Iterator[None]:
+    """MLMD's errors (unreachable server, not a store...) as one clear MetadataError."""
     try:
         yield
-    except mlmd.errors.StatusError as err:
-        raise MetadataError(f"Cannot read the ML Metadata store: {err}") from err
+    except (mlmd.errors.StatusError, *errors) as err:
+        raise MetadataError(f"Cannot read the ML Metadata store ({str(err)[:200]}): check "
+                            "--pipeline-root or the connection flags.") from err
 
 
 def connect(config: StoreConfig) -> mlmd.MetadataStore:
-    with _store_errors():
+    """An open store, or a MetadataError that says why not."""
+    with _store_errors(RuntimeError):  # what MLMD raises for a file that is not a store
         return mlmd.MetadataStore(config)
 
 
@@ -115,7 +119,8 @@ class _Graph:
         run = self.run_of_execution.get(execution_id)
         return run.name if run else None
 
-    def outputs_of_type(self, execution_id: int, type_name: str) -> list[metadata_store_pb2.Artifact]:
+    def outputs_of_type(self, execution_id: int,
+                        type_name: str) -> list[metadata_store_pb2.Artifact]:
         return [self.artifacts[a] for _, a in self.outputs.get(execution_id, [])
                 if self.artifacts[a].type == type_name]
 
@@ -151,17 +156,16 @@ def _load(store: mlmd.MetadataStore) -> _Graph:
                              for node in store.get_contexts_by_type(NODE_CONTEXT)
                              for e in store.get_executions_by_context(node.id)}
         executions = {e.id: e for e in store.get_executions_by_id(list(run_of_execution))}
-        events = store.get_events_by_execution_ids(list(executions))
+        events = [event for event in store.get_events_by_execution_ids(list(executions))
+                  if event.type in _LINKS]
         artifacts = {a.id: a for a in store.get_artifacts_by_id(
             sorted({event.artifact_id for event in events}))}
     inputs: dict[int, list[tuple[str, int]]] = {}
     outputs: dict[int, list[tuple[str, int]]] = {}
+    sides = dict(zip(_LINKS, (inputs, outputs)))
     for event in sorted(events, key=lambda ev: (ev.execution_id, ev.artifact_id)):
-        side = {metadata_store_pb2.Event.INPUT: inputs,
-                metadata_store_pb2.Event.OUTPUT: outputs}.get(event.type)
-        if side is not None:
-            key = event.path.steps[0].key if event.path.steps else ""
-            side.setdefault(event.execution_id, []).append((key, event.artifact_id))
+        key = event.path.steps[0].key if event.path.steps else ""
+        sides[event.type].setdefault(event.execution_id, []).append((key, event.artifact_id))
     producer: dict[int, int] = {}
     for execution_id in sorted(outputs):
         for _, artifact_id in outputs[execution_id]:
@@ -367,8 +371,8 @@ def _run_record(graph: _Graph, run: metadata_store_pb2.Context, newest: bool) ->
     executions = graph.run_executions(run)
     components = [{"component": graph.node_of_execution.get(e.id), "execution": e.id,
                    "state": _component_state(e, newest),
-                   "duration_s": _seconds(e.create_time_since_epoch,
-                                          e.last_update_time_since_epoch)}
+                   "duration_s": None if e.last_known_state in _UNFINISHED else _seconds(
+                       e.create_time_since_epoch, e.last_update_time_since_epoch)}
                   for e in executions]
     states = {c["state"] for c in components}
     end = max([e.last_update_time_since_epoch for e in executions],
@@ -558,7 +562,7 @@ def _run_metrics(outputs: list[metadata_store_pb2.Artifact]) -> dict[str, Any]:
         metrics["blessing"] = {"blessed": bool(_custom(blessing).get("blessed"))}
     history = read_json(os.path.join(model_run.uri, HISTORY_FILE)) if model_run else None
     if history:
-        metrics["training"] = {k: history[-1][k] for k in TRAINING_METRICS if k in history[-1]}
+        metrics["training"] = {k: history[-1][k] for k in _TRAINING_METRICS if k in history[-1]}
     return metrics
 
 

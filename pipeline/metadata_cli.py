@@ -43,7 +43,7 @@ def _store_flags() -> argparse.ArgumentParser:
     return flags
 
 
-def pipeline_root(args: argparse.Namespace) -> str:
+def _pipeline_root(args: argparse.Namespace) -> str:
     return config_lib.PipelineConfig(
         data_path="", **({"pipeline_root": args.pipeline_root} if args.pipeline_root else {})
     ).pipeline_root
@@ -59,10 +59,10 @@ def store_config(args: argparse.Namespace) -> metadata.StoreConfig:
         return metadata.mysql_config(args.mysql_host, args.mysql_port, args.mysql_database,
                                      args.mysql_user, args.mysql_password)
     return metadata.sqlite_config(config_lib.PipelineConfig(
-        data_path="", pipeline_root=pipeline_root(args)).metadata_path)
+        data_path="", pipeline_root=_pipeline_root(args)).metadata_path)
 
 
-def reporting_errors(handler: Callable[[argparse.Namespace], int]
+def _reporting_errors(handler: Callable[[argparse.Namespace], int]
                      ) -> Callable[[argparse.Namespace], int]:
     """A missing store, unknown id... ends with one `nmt: error:` line and status 2."""
     @functools.wraps(handler)
@@ -77,7 +77,8 @@ def reporting_errors(handler: Callable[[argparse.Namespace], int]
 
 # --- Tables -------------------------------------------------------------------------------
 
-def _cell(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """One value as people read it: "-" for none, yes/no, 4 significant digits, k=v lists."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -85,16 +86,16 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, list):
-        return ",".join(map(_cell, value))
+        return ",".join(map(as_text, value))
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_cell(v)}" for k, v in metadata.flatten(value).items())
+        return ", ".join(f"{k}={as_text(v)}" for k, v in metadata.flatten(value).items())
     return str(value)
 
 
 def print_table(rows: list[dict[str, Any]], columns: Columns) -> None:
-    """Left-aligned columns under upper-case headers; missing values print as '-'."""
+    """Left-aligned columns under their headers; None prints as "-", a key a row lacks as blank."""
     cells = [[header for _, header in columns]] + [
-        [_cell(row.get(key)) if key in row else "" for key, _ in columns] for row in rows]
+        [as_text(row.get(key)) if key in row else "" for key, _ in columns] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     for line in cells:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
@@ -184,7 +185,7 @@ _COMMANDS = (
 
 
 def _handler(command: _Command) -> Callable[[argparse.Namespace], int]:
-    @reporting_errors
+    @_reporting_errors
     def handle(args: argparse.Namespace) -> int:
         result = command.query(metadata.connect(store_config(args)), args)
         if args.json:
@@ -229,13 +230,13 @@ def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_report)
 
 
-@reporting_errors
+@_reporting_errors
 def _report(args: argparse.Namespace) -> int:
     from pipeline import report  # heavy (TF, matplotlib): only when needed
 
     store = metadata.connect(store_config(args))
     run_id = metadata.get_run(store, args.run)["run"]
-    output = args.output or os.path.join(pipeline_root(args), "reports",
+    output = args.output or os.path.join(_pipeline_root(args), "reports",
                                          run_id.replace(":", ""))
     print(report.write_report(store, run_id, output, args.samples))
     return 0

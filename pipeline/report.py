@@ -23,6 +23,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  registers the ops of the Transform graph in the model
 
 from pipeline import metadata  # noqa: E402
+from pipeline.metadata_cli import as_text  # noqa: E402
 from trainer_module.hparams import END_ID, PAD_ID  # noqa: E402
 from trainer_module.preprocessing import ENGLISH, FRENCH, RESERVED_TOKENS  # noqa: E402
 
@@ -66,14 +67,15 @@ def _run_artifacts(store: Any, run_id: str) -> _RunArtifacts:
         return next((a for a in artifacts if a["type"] == type_name
                      and (not raw_examples or "input" in a["properties"])), None)
 
-    found = {"model": first("Model"), "model_run": first("ModelRun"),
-             "evaluation": first("ModelEvaluation"), "blessing": first("ModelBlessing"),
-             "examples": first("Examples", raw_examples=True)}
-    missing = [name for name, artifact in found.items() if artifact is None]
+    wanted = {"model": "Model", "model_run": "ModelRun", "evaluation": "ModelEvaluation",
+              "blessing": "ModelBlessing", "examples": "Examples"}
+    found = {field: first(type_name, raw_examples=field == "examples")
+             for field, type_name in wanted.items()}
+    missing = [wanted[field] for field, artifact in found.items() if artifact is None]
     if missing:
         raise metadata.MetadataError(
-            f"Run {run_id} has no {', '.join(missing)}: its Trainer or Evaluator did not finish. "
-            "Report a run that evaluated a model (see `nmt metadata runs`).")
+            f"Run {run_id} has no {', '.join(missing)} artifact: its Trainer or Evaluator did "
+            "not finish. Report a run that evaluated a model (see `nmt metadata runs`).")
     return _RunArtifacts(**found, pushed=first("PushedModel"))
 
 
@@ -167,25 +169,16 @@ def _attention(model: Any, sentence: str) -> tuple[np.ndarray, list[str], list[s
 
 # --- HTML ---------------------------------------------------------------------------------
 
-def _text(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
-
-
 def _table(header: list[str] | None, rows: list[list[str]]) -> str:
     """Cells are HTML already (escaped by the caller)."""
-    head = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>" if header else ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header or [])
+    head = f"<tr>{head}</tr>" if head else ""
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
     return f"<table>{head}{body}</table>"
 
 
 def _escaped(value: Any) -> str:
-    return html.escape(_text(value))
+    return html.escape(as_text(value))
 
 
 def _summary(run: dict[str, Any], found: _RunArtifacts) -> str:
@@ -195,15 +188,14 @@ def _summary(run: dict[str, Any], found: _RunArtifacts) -> str:
         ("Pipeline", run["pipeline"]), ("Status", run["status"]),
         ("Started", run["start"]), ("Duration (s)", run["duration_s"]),
         ("Model", f"{found.model['id']}: {found.model['uri']}"),
-        ("BLEU / chrF (eval split)", f"{_text(blessing.get('bleu'))} / "
-                                     f"{_text(blessing.get('chrf'))}"),
-        ("Blessed", f"{_text(blessing['blessed'])} (baseline model: "
-                    f"{_text(blessing['baseline_model'])})"),
+        ("BLEU / chrF (eval split)", f"{as_text(blessing.get('bleu'))} / "
+                                     f"{as_text(blessing.get('chrf'))}"),
+        ("Blessed", f"{as_text(blessing['blessed'])} (baseline model: "
+                    f"{as_text(blessing['baseline_model'])})"),
         ("Pushed version", found.pushed["properties"]["version"] if found.pushed else None),
         ("Input file", f"{source['path']} ({source['size_bytes']:,} bytes, "
                        f"sha256 {source['sha256']})"),
-        ("Examples per split", ", ".join(
-            f"{split} {count:,}" for split, count in found.examples["properties"]["splits"].items())),
+        ("Examples per split", found.examples["properties"]["splits"]),
     ]
     return _table(None, [[html.escape(k), _escaped(v)] for k, v in rows])
 
@@ -221,6 +213,17 @@ def _page(title: str, sections: list[tuple[str, str]]) -> str:
             f"<body><h1>{html.escape(title)}</h1>{body}</body></html>")
 
 
+def _attention_section(model: Any, samples: list[_Sample], output_dir: str) -> str:
+    """Heat maps for the samples nearest six words long: short enough to read, long enough
+    to show where the model looks."""
+    focus = sorted(samples, key=lambda s: abs(len(s.english.split()) - 6))[:ATTENTION_SENTENCES]
+    figures = [_figure(_save(_attention_figure(*_attention(model, s.english)), output_dir,
+                             f"attention-{i}.png"),
+                       f"attention for: {s.english}", f"{s.english} → {s.translation}")
+               for i, s in enumerate(focus, start=1)]
+    return '<div class="figures">' + "".join(figures) + "</div>"
+
+
 def write_report(store: Any, run_id: str, output_dir: str, samples: int = 8) -> str:
     """Writes <output_dir>/report.html (and its PNGs) for one run; returns the HTML's path."""
     run = metadata.get_run(store, run_id)
@@ -230,11 +233,6 @@ def write_report(store: Any, run_id: str, output_dir: str, samples: int = 8) -> 
     scores = metadata.evaluation_metrics(found.evaluation["uri"])
     model = tf.saved_model.load(os.path.join(found.model["uri"], metadata.SERVING_MODEL_DIR))
     translated = _translated(model, _eval_samples(found.examples["uri"], samples))
-    focus = sorted(translated, key=lambda s: abs(len(s.english.split()) - 6))
-    attention = [_figure(_save(_attention_figure(*_attention(model, s.english)), output_dir,
-                               f"attention-{i}.png"),
-                         f"attention for: {s.english}", f"{s.english} → {s.translation}")
-                 for i, s in enumerate(focus[:ATTENTION_SENTENCES], start=1)]
     sections = [
         ("Summary", _summary(run, found)),
         ("Components", _table(["Component", "State", "Seconds"], [
@@ -249,7 +247,7 @@ def write_report(store: Any, run_id: str, output_dir: str, samples: int = 8) -> 
             [_escaped(s.english), _escaped(s.translation),
              '<span class="refs">' + "<br>".join(map(html.escape, s.references)) + "</span>"]
             for s in translated])),
-        ("Attention", '<div class="figures">' + "".join(attention) + "</div>"),
+        ("Attention", _attention_section(model, translated, output_dir)),
     ]
     path = os.path.join(output_dir, REPORT_FILE)
     with open(path, "w", encoding="utf-8") as f:
