@@ -15,6 +15,9 @@ from google.protobuf import json_format
 
 from conftest import REPO, latest_artifact, open_store, run_nmt
 
+# These tests are about the data half: stop after validation (the e2e tests train).
+DATA_HALF = ("--to", "StrictExampleValidator")
+
 
 def read_split(uri: str, split: str) -> list[tuple[str, list[str]]]:
     files = tf.io.gfile.glob(os.path.join(uri, f"Split-{split}", "*"))
@@ -39,7 +42,7 @@ def expected_groups(path: str) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def sample_run(fra_sample, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("pipeline_root"))
-    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root)
+    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root, *DATA_HALF)
     assert result.returncode == 0, result.stderr[-3000:]
     return root, result
 
@@ -90,7 +93,7 @@ def test_validation_passes_on_real_data(sample_run):
 
 def test_rerun_on_unchanged_input_is_cached(fra_sample, sample_run):
     root, _ = sample_run
-    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root)
+    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root, *DATA_HALF)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("A cached execution") == 4
 
@@ -113,7 +116,7 @@ def test_bad_lines_are_counted_not_fatal(tmp_path):
     data.write_bytes(BAD_LINES + "".join(f"Sentence {i}.\tPhrase {i}.\n" for i in range(60))
                      .encode())
     root = str(tmp_path / "root")
-    result = run_nmt("run", "--data", str(data), "--pipeline-root", root)
+    result = run_nmt("run", "--data", str(data), "--pipeline-root", root, *DATA_HALF)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
                         .custom_properties["parse_report"].string_value)
@@ -131,7 +134,7 @@ def test_anomaly_stops_the_pipeline_before_transform(tmp_path):
     data = tmp_path / "fra.txt"
     data.write_bytes(b"Go.\tVa !\n" * 70 + b"Hi.\tSalut !\n")
     root = str(tmp_path / "root")
-    result = run_nmt("run", "--data", str(data), "--pipeline-root", root)
+    result = run_nmt("run", "--data", str(data), "--pipeline-root", root, "--profile", "smoke")
     assert result.returncode == 1
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("nmt: error: Data validation failed")
@@ -141,10 +144,17 @@ def test_anomaly_stops_the_pipeline_before_transform(tmp_path):
     assert not store.get_artifacts_by_type("Model")
 
 
-def test_killed_run_can_be_rerun_without_cleanup(fra_sample, tmp_path):
+def split_bytes(examples_uri: str) -> dict[str, bytes]:
+    """Each split's records, decompressed, in file order."""
+    return {split: b"".join(r.numpy() for r in tf.data.TFRecordDataset(
+        sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*"))),
+        compression_type="GZIP")) for split in ("train", "eval", "test")}
+
+
+def test_killed_run_can_be_rerun_without_cleanup(fra_sample, sample_run, tmp_path):
     root = str(tmp_path / "root")
     args = [sys.executable, "-m", "pipeline.cli", "run", "--data", fra_sample,
-            "--pipeline-root", root]
+            "--pipeline-root", root, *DATA_HALF]
     proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.time() + 300
@@ -154,7 +164,11 @@ def test_killed_run_can_be_rerun_without_cleanup(fra_sample, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root)
+    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root, *DATA_HALF)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Component StrictExampleValidator is finished." in result.stderr
     assert result.stderr.count("A cached execution") >= 1  # ExampleGen reused
+    # Same input, another pipeline root: byte-identical examples, in the same order.
+    store, first_store = open_store(root), open_store(sample_run[0])
+    assert split_bytes(latest_artifact(store, "Examples", "FraTxtExampleGen").uri) == \
+        split_bytes(latest_artifact(first_store, "Examples", "FraTxtExampleGen").uri)
