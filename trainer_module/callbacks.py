@@ -38,7 +38,7 @@ class ProgressLogger(keras.callbacks.Callback):
         self.total_steps, self.every_s = total_steps, every_s
         self._start = self._last = 0.0
         self._start_step = 0
-        self._tokens_before_epoch = 0.0
+        self._tokens_before_epoch = self._epoch_tokens = 0.0
 
     def on_train_begin(self, logs=None) -> None:
         self._start = self._last = time.time()
