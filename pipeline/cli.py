@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import os
+import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TF loads: hide CUDA-probe noise
+# Before TF loads: its C++ start-up chatter (CUDA factory registration "errors" on machines
+# without a GPU, CPU feature notes) is noise to a user; -v/--verbose shows it.
+if not {"-v", "--verbose"} & set(sys.argv[1:]):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import argparse
-import sys
 import warnings
 
 # Google client libraries warn at import about Python versions they will drop one day.
