@@ -303,11 +303,14 @@ def test_transformer_config_round_trip(model):
 
 
 def test_profiles_and_vocab_sizes():
-    assert set(PROFILES) == {"smoke", "cpu", "base"}
+    assert set(PROFILES) == {"smoke", "cpu", "base", "seeds"}
     base = get_profile("base")
     assert (base.num_layers, base.d_model, base.num_heads, base.dff) == (6, 512, 8, 2048)
     assert base.mixed_precision and base.use_xla and base.dropout_rate == 0.1
-    with pytest.raises(ValueError, match="valid names: base, cpu, smoke"):
+    seeds = get_profile("seeds")  # the old recipe, for the comparison in BENCHMARKS.md
+    assert (seeds.num_layers, seeds.d_model, seeds.num_heads, seeds.dff) == (1, 256, 8, 2048)
+    assert (seeds.optimizer, seeds.bucketing, seeds.max_target_length) == ("rmsprop", False, 20)
+    with pytest.raises(ValueError, match="valid names: base, cpu, seeds, smoke"):
         get_profile("large")
     with pytest.raises(ValueError, match="with_vocab_sizes"):
         Transformer(get_profile("smoke"))
