@@ -33,9 +33,10 @@ def _duration(seconds: float) -> str:
 class ProgressLogger(keras.callbacks.Callback):
     """'step 300/2000 (15%) loss 4.21 acc 0.31 | 1,650 tok/s | ETA 14m02s' every `every_s` s."""
 
-    def __init__(self, total_steps: int, every_s: float = 30.0) -> None:
+    def __init__(self, total_steps: int, every_s: float = 30.0,
+                 max_seconds: float = 0.0) -> None:
         super().__init__()
-        self.total_steps, self.every_s = total_steps, every_s
+        self.total_steps, self.every_s, self.max_seconds = total_steps, every_s, max_seconds
         self._start = self._last = 0.0
         self._start_step = 0
         self._tokens_before_epoch = self._epoch_tokens = 0.0
@@ -58,6 +59,8 @@ class ProgressLogger(keras.callbacks.Callback):
         elapsed = now - self._start
         done = max(step - self._start_step, 1)
         eta = elapsed / done * (self.total_steps - step)
+        if self.max_seconds:  # a time budget (TimeBudget) ends training first
+            eta = min(eta, max(self.max_seconds - elapsed, 0.0))
         tokens = self._tokens_before_epoch + self._epoch_tokens
         _LOG.info("Training step %d/%d (%d%%): loss %.3f, token accuracy %.3f | %s target "
                   "tokens/s | elapsed %s, ETA %s", step, self.total_steps,

@@ -86,7 +86,8 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     history_path = os.path.join(manager.directory, HISTORY_FILE)
     start_epoch = int(model.optimizer.iterations.numpy()) // hparams.checkpoint_every
     epochs = -(-hparams.train_steps // hparams.checkpoint_every)
-    feedback = [callbacks.ProgressLogger(epochs * hparams.checkpoint_every),
+    feedback = [callbacks.ProgressLogger(epochs * hparams.checkpoint_every,
+                                         max_seconds=hparams.max_train_seconds),
                 callbacks.CheckpointAndHistory(manager, history_path),
                 keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50)]
     if hparams.max_train_seconds:
