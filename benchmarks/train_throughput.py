@@ -64,6 +64,7 @@ def main() -> None:
     for name, bucketing in (("bucketing", True), ("pad_to_fixed_length", False)):
         dataset = make_dataset(files, output, hparams, training=True, bucketing=bucketing, seed=0)
         results[name] = measure(model, dataset, args.steps, args.warmup_steps)
+    results["parameters"] = model.count_params()
     results["speedup"] = round(results["bucketing"]["target_tokens_per_s"]
                                / results["pad_to_fixed_length"]["target_tokens_per_s"], 2)
     print(json.dumps(results, indent=2))
