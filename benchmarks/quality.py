@@ -45,8 +45,8 @@ def score(hypotheses: list[str], references: list[list[str]]) -> dict:
     streams = [[r[i] if i < len(r) else None for r in references] for i in range(most)]
     bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
     return {"sentences": len(hypotheses),
-            "bleu": round(bleu.corpus_score(hypotheses, streams).score, 2),
-            "chrf": round(chrf.corpus_score(hypotheses, streams).score, 2),
+            "bleu": round(bleu.corpus_score(hypotheses, streams).score, 4),
+            "chrf": round(chrf.corpus_score(hypotheses, streams).score, 4),
             "bleu_signature": str(bleu.get_signature()),
             "chrf_signature": str(chrf.get_signature())}
 
