@@ -10,7 +10,8 @@ METRICS_MODULE = "components.tfma_metrics"
 
 
 def make_eval_config(min_bleu: float, max_drop: float) -> tfma.EvalConfig:
-    """Corpus BLEU/chrF (sacreBLEU-exact) on the eval split, overall and by English length.
+    """Corpus BLEU/chrF (sacreBLEU-exact), token accuracy and perplexity (teacher-forced on
+    all references) on the eval split, overall and by English length.
 
     Blessing: BLEU >= min_bleu, and neither BLEU nor chrF more than `max_drop` points below
     the latest blessed model (the first run, with no baseline, is judged on BLEU alone).
@@ -30,4 +31,6 @@ def make_eval_config(min_bleu: float, max_drop: float) -> tfma.EvalConfig:
                                   change_threshold=not_worse)),
             tfma.MetricConfig(class_name="CorpusChrf", module=METRICS_MODULE,
                               threshold=tfma.MetricThreshold(change_threshold=not_worse)),
+            tfma.MetricConfig(class_name="TokenAccuracy", module=METRICS_MODULE),
+            tfma.MetricConfig(class_name="Perplexity", module=METRICS_MODULE),
         ])])

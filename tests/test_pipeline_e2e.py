@@ -5,6 +5,8 @@ training and resumed; a second run's candidate is worse and must not be pushed.
 """
 from __future__ import annotations
 
+import glob
+import math
 import os
 import subprocess
 import sys
@@ -65,6 +67,16 @@ def test_evaluator_bleu_equals_sacrebleu_on_the_pushed_model(smoke_run):
     assert overall["corpus_chrf"]["doubleValue"] == pytest.approx(
         sacrebleu.corpus_chrf(hypotheses, streams).score, abs=1e-6)
     assert overall["corpus_chrf"]["doubleValue"] > 5  # it learned something
+    # Token accuracy and perplexity: TFMA's corpus ratios of the model's per-example sums.
+    files = sorted(glob.glob(os.path.join(smoke_run.examples_uri, "Split-eval", "*")))
+    records = [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    sums = model.signatures["translate_examples"](examples=tf.constant(records))
+    nll, correct, count = (float(tf.reduce_sum(sums[k]))
+                           for k in ("token_nll", "token_correct", "token_count"))
+    assert count > len(rows)  # every reference, with its [end]
+    assert overall["token_accuracy"]["doubleValue"] == pytest.approx(correct / count, rel=1e-4)
+    assert overall["perplexity"]["doubleValue"] == pytest.approx(math.exp(nll / count), rel=1e-4)
+    assert 0 < correct / count < 1 and math.exp(nll / count) > 1
     buckets = {key[0][1] for key in metrics if key}
     assert buckets and buckets <= {"01-05", "06-10", "11-20", "21+"}
 

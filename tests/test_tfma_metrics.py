@@ -533,3 +533,36 @@ def test_run_model_analysis_with_baseline_value_and_change_thresholds(
     assert validation.validation_ok is passing
     assert _failures(validation) == ([] if passing else [
         ('corpus_bleu', 'candidate', False), ('corpus_chrf', 'candidate', True)])
+
+
+def _token_combiner(metric_class):
+    (computation,) = metric_class().computations()
+    return computation.combiner, computation.keys[0]
+
+
+def test_token_accuracy_and_perplexity_are_exact_corpus_ratios_on_any_partition():
+    per_example = [(2.0, 1.0, 3.0), (10.0, 4.0, 5.0), (0.5, 2.0, 2.0), (7.0, 0.0, 4.0)]
+    elements = [metric_types.StandardMetricInputs(predictions={
+        'translation': np.array([b'x']), 'token_nll': np.array([nll]),
+        'token_correct': np.array([correct]), 'token_count': np.array([count])})
+        for nll, correct, count in per_example]
+    nll, correct, count = (sum(column) for column in zip(*per_example))
+    expected = {tfma_metrics.TokenAccuracy: correct / count,
+                tfma_metrics.Perplexity: float(np.exp(nll / count))}
+    for metric_class, value in expected.items():
+        combiner, key = _token_combiner(metric_class)
+        parts = []
+        for chunk in (elements[:1], elements[1:3], elements[3:], []):
+            accumulator = combiner.create_accumulator()
+            for element in chunk:
+                accumulator = combiner.add_input(accumulator, element)
+            parts.append(accumulator)
+        merged = combiner.merge_accumulators(parts)
+        assert combiner.extract_output(merged)[key] == pytest.approx(value, rel=1e-12)
+
+
+def test_token_metrics_name_the_missing_model_outputs():
+    combiner, _ = _token_combiner(tfma_metrics.TokenAccuracy)
+    element = metric_types.StandardMetricInputs(predictions={'translation': np.array([b'x'])})
+    with pytest.raises(ValueError, match="must output .*token_nll"):
+        combiner.add_input(combiner.create_accumulator(), element)

@@ -7,7 +7,8 @@ Signatures:
       source_tokens [B] (English tokens; only the first max_source_tokens [B] are translated),
       beam_width [B]
   beam_search(english: string [B])     -> the same, with beam search (width from hparams)
-  translate_examples(examples: serialized tf.Example [B]) -> translation   (TFMA's input)
+  translate_examples(examples: serialized tf.Example [B]) -> translation, and per example
+      token_nll, token_correct, token_count over all its references (TFMA's input)
   transform_features(examples: serialized tf.Example [B]) -> english_length_bucket (slicing)
   attention(english: string [B]) -> attention [B, T, S] (last decoder layer's cross-attention,
       mean over heads, for the greedy translation), source_tokens [B, S], target_tokens [B, T]
@@ -20,8 +21,9 @@ import tensorflow_transform as tft
 from trainer_module import decoding
 from trainer_module.hparams import END_ID, PAD_ID, START_ID, HParams
 from trainer_module.model import Transformer
+from trainer_module.optimization import token_cross_entropy
 from trainer_module.preprocessing import (ENGLISH, LENGTH_BUCKET, RESERVED_TOKENS, SOURCE_IDS,
-                                          SOURCE_VOCAB, TARGET_VOCAB, detokenize)
+                                          SOURCE_VOCAB, TARGET_IDS, TARGET_VOCAB, detokenize)
 
 SERVING_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
 EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE = "translate_examples", "transform_features"
@@ -46,7 +48,8 @@ class Translator(tf.Module):
         self.tft_layer = tf_transform_output.transform_features_layer()
         self.source_tokens = tf.constant(id_to_token(tf_transform_output, SOURCE_VOCAB))
         self.target_tokens = tf.constant(id_to_token(tf_transform_output, TARGET_VOCAB))
-        self._english_spec = {ENGLISH: tf_transform_output.raw_feature_spec()[ENGLISH]}
+        self._raw_spec = tf_transform_output.raw_feature_spec()
+        self._english_spec = {ENGLISH: self._raw_spec[ENGLISH]}
 
     def source_ids(self, english: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """[B] raw sentences -> ids [B, S] int32 (PAD_ID-padded, cut at max_source_length)
@@ -106,9 +109,37 @@ class Translator(tf.Module):
                 "source_tokens": tf.gather(self.source_tokens, source_ids),  # [B, S]
                 "target_tokens": tf.gather(self.target_tokens, token_ids)}  # [B, T]
 
+    def reference_token_stats(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Teacher-forced on every French reference of each example: sums per example [B]
+        of -log p(token), of argmax-correct tokens and of target tokens (with [end]), from
+        which TFMA computes corpus token accuracy and perplexity."""
+        features = self.tft_layer(tf.io.parse_example(examples, self._raw_spec))
+        references = features[TARGET_IDS]  # [B, (R), (T)]
+        owner = references.value_rowids()  # example of each reference [N]
+        source = tf.gather(features[SOURCE_IDS], owner)[:, :self.hparams.max_source_length]
+        target = references.values  # [N, (T)]
+        edge = tf.RaggedTensor.from_tensor(tf.ones([target.nrows(), 1], target.dtype))
+        target_in = tf.concat([edge * START_ID, target], axis=1).to_tensor(PAD_ID)
+        labels = tf.cast(tf.concat([target, edge * END_ID], axis=1).to_tensor(PAD_ID), tf.int32)
+        logits = self.model((tf.cast(source.to_tensor(PAD_ID), tf.int32),
+                             tf.cast(target_in, tf.int32)), training=False)
+        weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+                          tf.float32)
+        batch = tf.shape(examples)[0]
+
+        def per_example(per_token: tf.Tensor) -> tf.Tensor:
+            return tf.math.unsorted_segment_sum(tf.reduce_sum(per_token * weights, axis=1),
+                                                owner, batch)
+
+        return {"token_nll": per_example(token_cross_entropy(labels, logits)),
+                "token_correct": per_example(correct),
+                "token_count": per_example(tf.ones_like(weights))}
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def serve_examples(self, examples):
-        return {TRANSLATION: self.translate(self.parse_english(examples))[TRANSLATION]}
+        return {TRANSLATION: self.translate(self.parse_english(examples))[TRANSLATION],
+                **self.reference_token_stats(examples)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def serve_transform_features(self, examples):
