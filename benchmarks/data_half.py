@@ -15,20 +15,11 @@ import tempfile
 import time
 
 import ml_metadata as mlmd
-import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 
+from components.fra_example_gen.executor import read_split
+
 SPLITS = ("train", "eval", "test")
-
-
-def english_by_split(examples_uri: str) -> dict[str, list[bytes]]:
-    result = {}
-    for split in SPLITS:
-        files = tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*"))
-        result[split] = [tf.train.Example.FromString(r.numpy()).features.feature["english"]
-                         .bytes_list.value[0]
-                         for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
-    return result
 
 
 def main() -> None:
@@ -49,7 +40,7 @@ def main() -> None:
     config.sqlite.filename_uri = os.path.join(root, "metadata.sqlite")
     examples = mlmd.MetadataStore(config).get_artifacts_by_type("Examples")[-1]
     report = json.loads(examples.custom_properties["parse_report"].string_value)
-    english = english_by_split(examples.uri)
+    english = {split: [e for e, _ in read_split(examples.uri, split)] for split in SPLITS}
     total = sum(len(v) for v in english.values())
     ratios = [int(p) for p in args.split.split(",")]
     sets = {split: set(v) for split, v in english.items()}

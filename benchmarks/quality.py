@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import json
 import os
 import time
@@ -20,19 +19,8 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the Transform graph's NFKC op)
 
 from benchmarks.train_throughput import latest
+from components.fra_example_gen.executor import read_split
 from trainer_module.preprocessing import LENGTH_BUCKETS
-
-
-def read_examples(pipeline_root: str, split: str) -> list[tuple[str, list[str]]]:
-    """(English, all French references) from ExampleGen's output."""
-    examples = latest(os.path.join(pipeline_root, "FraTxtExampleGen", "examples", "*"))
-    rows = []
-    files = sorted(glob.glob(os.path.join(examples, f"Split-{split}", "*")))
-    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
-        feature = tf.train.Example.FromString(record.numpy()).features.feature
-        rows.append((feature["english"].bytes_list.value[0].decode(),
-                     [v.decode() for v in feature["french"].bytes_list.value]))
-    return rows
 
 
 def bucket_of(english: str) -> str:
@@ -67,7 +55,8 @@ def main() -> None:
     parser.add_argument("--split", default="test")
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
-    rows = read_examples(args.pipeline_root, args.split)
+    rows = read_split(
+        latest(os.path.join(args.pipeline_root, "FraTxtExampleGen", "examples", "*")), args.split)
     english = [e for e, _ in rows]
     references = [r for _, r in rows]
     results = {"split": args.split, "models": {}}

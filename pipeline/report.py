@@ -25,7 +25,8 @@ import tensorflow_text  # noqa: E402,F401  registers the ops of the Transform gr
 from pipeline import metadata  # noqa: E402
 from pipeline.metadata_cli import as_text  # noqa: E402
 from trainer_module.hparams import END_ID, PAD_ID  # noqa: E402
-from trainer_module.preprocessing import ENGLISH, FRENCH, RESERVED_TOKENS  # noqa: E402
+from components.fra_example_gen.executor import read_split  # noqa: E402
+from trainer_module.preprocessing import RESERVED_TOKENS  # noqa: E402
 
 REPORT_FILE = "report.html"
 ATTENTION_SENTENCES = 3
@@ -139,12 +140,8 @@ def _save(figure: plt.Figure, output_dir: str, name: str) -> str:
 
 def _eval_samples(examples_uri: str, count: int) -> list[_Sample]:
     """`count` eval-split sentences spread from the shortest to the longest."""
-    files = tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*"))
-    samples = []
-    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
-        feature = tf.train.Example.FromString(record.numpy()).features.feature
-        samples.append(_Sample(feature[ENGLISH].bytes_list.value[0].decode(),
-                               [v.decode() for v in feature[FRENCH].bytes_list.value]))
+    samples = [_Sample(english, references)
+               for english, references in read_split(examples_uri, "eval")]
     samples.sort(key=lambda s: (len(s.english.split()), s.english))
     picks = sorted({round(i) for i in np.linspace(0, len(samples) - 1, min(count, len(samples)))})
     return [samples[i] for i in picks]

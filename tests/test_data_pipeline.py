@@ -13,21 +13,11 @@ import pytest
 import tensorflow as tf
 from google.protobuf import json_format
 
+from components.fra_example_gen.executor import read_split
 from conftest import REPO, latest_artifact, open_store, run_nmt
 
 # These tests are about the data half: stop after validation (the e2e tests train).
 DATA_HALF = ("--to", "StrictExampleValidator")
-
-
-def read_split(uri: str, split: str) -> list[tuple[str, list[str]]]:
-    files = tf.io.gfile.glob(os.path.join(uri, f"Split-{split}", "*"))
-    rows = []
-    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
-        example = tf.train.Example.FromString(record.numpy())
-        feature = example.features.feature
-        rows.append((feature["english"].bytes_list.value[0].decode(),
-                     [v.decode() for v in feature["french"].bytes_list.value]))
-    return rows
 
 
 def expected_groups(path: str) -> dict[str, list[str]]:

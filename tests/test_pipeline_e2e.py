@@ -16,8 +16,8 @@ import sacrebleu
 import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
+from components.fra_example_gen.executor import read_split
 from conftest import (REPO, SMOKE_TRAIN_STEPS, SmokeRun, latest_artifact, open_store)
-from test_data_pipeline import read_split
 
 
 def serving_dir(root: str) -> str:

@@ -57,6 +57,18 @@ def to_example(english: str, references: list[tuple[int, str]]) -> tf.train.Exam
     }))
 
 
+def read_split(examples_uri: str, split: str) -> list[tuple[str, list[str]]]:
+    """(English, all French references) of every example of one split, in file order: the
+    inverse of `to_example`, for the tests, the benchmarks and the run report."""
+    files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
+    rows = []
+    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        rows.append((feature["english"].bytes_list.value[0].decode("utf-8"),
+                     [v.decode("utf-8") for v in feature["french"].bytes_list.value]))
+    return rows
+
+
 class _ReportCombineFn(beam.CombineFn):
     def create_accumulator(self) -> parser.ParseReport:
         return parser.ParseReport()
