@@ -7,6 +7,8 @@ import sys
 import unicodedata
 from typing import Iterable, Iterator
 
+from components import atomic_pusher
+
 _LOG = logging.getLogger(__name__)
 BATCH_SIZE = 64
 
@@ -19,12 +21,11 @@ def resolve_model_dir(path: str) -> str:
     """A SavedModel directory, or a serving directory whose newest integer version is used."""
     if os.path.isfile(os.path.join(path, "saved_model.pb")):
         return path
-    versions = sorted((int(n) for n in os.listdir(path) if n.isdigit()), reverse=True) \
-        if os.path.isdir(path) else []
+    versions = atomic_pusher.pushed_versions(path) if os.path.isdir(path) else []
     if not versions:
         raise TranslateError(f"No pushed model in {path}: run the pipeline first "
                              "(`nmt run`) or pass --model PATH to a SavedModel.")
-    return os.path.join(path, str(versions[0]))
+    return os.path.join(path, str(versions[-1]))
 
 
 def clean_line(raw: bytes, number: int) -> str | None:
