@@ -21,6 +21,7 @@ from pipeline import data_source, logs
 from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.metadata_cli import add_metadata_parser, add_report_parser
 from pipeline.translate import TranslateError
+from trainer_module.hparams import DEFAULT_TOKENIZER, TOKENIZERS
 
 
 def _split_percentages(text: str) -> tuple[int, int, int]:
@@ -51,8 +52,11 @@ def _add_run_parser(subparsers) -> None:
                      help="model/training profile: smoke (seconds, CI), cpu (default), "
                           "base (the paper's base model, for a GPU), seeds (the old recipe, "
                           "for comparison)")
+    run.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, choices=TOKENIZERS,
+                     help="wordpiece: subwords learned by Transform (default); word: whole "
+                          "words, rare ones become [UNK] (the seeds')")
     run.add_argument("--vocab-size", type=int, default=config_lib.PipelineConfig.vocab_size,
-                     help="words kept per language by Transform")
+                     help="pieces (or words) per language learned by Transform")
     run.add_argument("--max-train-seconds", type=float, default=None,
                      help="stop training after this many seconds (same-time comparisons)")
     run.add_argument("--train-steps", type=int, default=None,
@@ -80,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
         profile=args.profile, train_steps=args.train_steps, min_bleu=args.min_bleu,
-        vocab_size=args.vocab_size, max_train_seconds=args.max_train_seconds,
+        tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_train_seconds=args.max_train_seconds,
         max_metric_drop=args.max_metric_drop,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)

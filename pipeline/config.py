@@ -10,6 +10,7 @@ from tfx import v1 as tfx
 from components.fra_example_gen import parser
 from pipeline.code_version import code_version
 from schemas import SCHEMA_FILE
+from trainer_module.hparams import DEFAULT_TOKENIZER
 
 PIPELINE_NAME = "nmt-fra-eng"
 PIPELINE_ROOT_ENV = "NMT_PIPELINE_ROOT"
@@ -39,8 +40,9 @@ class PipelineConfig:
     split_percentages: tuple[int, int, int] = (80, 10, 10)
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
     profile: str = "cpu"  # hyperparameters by name: smoke (CI), cpu, base (GPU)
-    vocab_size: int = 8000  # most frequent words kept per language (plus 4 reserved tokens)
-    vocab_frequency_threshold: int = 2  # rarer words become [UNK]
+    tokenizer: str = DEFAULT_TOKENIZER  # "wordpiece" (subwords) or "word" (the seeds')
+    vocab_size: int = 8000  # pieces (or words) per language, plus 4 reserved tokens
+    vocab_frequency_threshold: int = 2  # word tokenizer: rarer words become [UNK]
     train_steps: int | None = None  # None: the profile's
     max_train_seconds: float | None = None  # stop training after this long (benchmarks)
     min_bleu: float | None = None  # None: MIN_BLEU[profile]
@@ -87,7 +89,7 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         schema_file=config.schema_file,
         split_percentages=config.split_percentages,
         max_line_bytes=config.max_line_bytes,
-        transform_config={"vocab_size": config.vocab_size,
+        transform_config={"tokenizer": config.tokenizer, "vocab_size": config.vocab_size,
                           "frequency_threshold": config.vocab_frequency_threshold,
                           "code_version": code_version()},
         train_args=tfx.proto.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's

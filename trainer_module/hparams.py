@@ -13,6 +13,11 @@ UNK_ID = 1
 START_ID = 2
 END_ID = 3
 
+# Transform's tokenizers: "word" (the seeds' whole words; rare words become [UNK]) or
+# "wordpiece" (subwords learned from the training words: rare words are spelled from pieces).
+TOKENIZERS = ("wordpiece", "word")
+DEFAULT_TOKENIZER = "wordpiece"
+
 
 @dataclasses.dataclass(frozen=True)
 class HParams:
