@@ -27,20 +27,23 @@ def latest(pattern: str) -> str:
     return max(glob.glob(pattern), key=lambda p: int(p.rstrip("/").split("/")[-1]))
 
 
-def measure(model, dataset: tf.data.Dataset, steps: int, warmup_steps: int) -> dict:
+def measure(model, dataset, steps: int, warmup_steps: int) -> dict:
+    """Trains `steps` batches after `warmup_steps`; `dataset` may be an iterator to continue."""
     iterator = iter(dataset)
     for _ in range(warmup_steps):  # tracing for new shapes, cache filling
         model.train_on_batch(*next(iterator))
-    tokens = padded = 0
+    tokens = padded = pairs = 0
     start = time.perf_counter()
     for _ in range(steps):
         inputs, labels = next(iterator)
         model.train_on_batch(inputs, labels)
         tokens += int(tf.math.count_nonzero(labels))
         padded += int(tf.size(labels))
+        pairs += int(tf.shape(labels)[0])
     seconds = time.perf_counter() - start
-    return {"target_tokens_per_s": round(tokens / seconds), "seconds": round(seconds, 1),
-            "steps": steps, "padding_fraction": round(1 - tokens / padded, 3)}
+    return {"target_tokens_per_s": round(tokens / seconds), "pairs_per_s": round(pairs / seconds, 1),
+            "seconds": round(seconds, 1), "steps": steps,
+            "padding_fraction": round(1 - tokens / padded, 3)}
 
 
 def main() -> None:
