@@ -1,6 +1,8 @@
 """CorpusBleu / CorpusChrf: exact sacreBLEU parity, mergeable accumulators, real TFMA runs."""
 from __future__ import annotations
 
+import logging
+
 import pickle
 import random
 
@@ -561,8 +563,18 @@ def test_token_accuracy_and_perplexity_are_exact_corpus_ratios_on_any_partition(
         assert combiner.extract_output(merged)[key] == pytest.approx(value, rel=1e-12)
 
 
-def test_token_metrics_name_the_missing_model_outputs():
-    combiner, _ = _token_combiner(tfma_metrics.TokenAccuracy)
-    element = metric_types.StandardMetricInputs(predictions={'translation': np.array([b'x'])})
-    with pytest.raises(ValueError, match="must output .*token_nll"):
-        combiner.add_input(combiner.create_accumulator(), element)
+def test_token_metrics_of_a_model_without_the_sums_are_nan_with_a_warning(caplog):
+    """A baseline exported before the token sums existed must not fail the evaluation."""
+    combiner, key = _token_combiner(tfma_metrics.TokenAccuracy)
+    with_sums = metric_types.StandardMetricInputs(predictions={
+        'translation': np.array([b'x']), 'token_nll': np.array([1.0]),
+        'token_correct': np.array([1.0]), 'token_count': np.array([2.0])})
+    without = metric_types.StandardMetricInputs(predictions=np.array([b'x']))
+    accumulator = combiner.create_accumulator()
+    for element in (with_sums, without):
+        accumulator = combiner.add_input(accumulator, element)
+    with caplog.at_level(logging.WARNING):
+        assert np.isnan(combiner.extract_output(accumulator)[key])
+    assert "1 examples lack the model outputs token_nll" in caplog.text
+    only_sums = combiner.add_input(combiner.create_accumulator(), with_sums)
+    assert combiner.extract_output(only_sums)[key] == 0.5
