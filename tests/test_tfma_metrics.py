@@ -18,6 +18,7 @@ from tensorflow_model_analysis.metrics import metric_specs
 from tensorflow_model_analysis.metrics import metric_types
 
 from components import tfma_metrics
+from pipeline.eval_config import make_eval_config
 from components.tfma_metrics import CorpusBleu, CorpusChrf
 
 MODULE = 'components.tfma_metrics'
@@ -578,3 +579,25 @@ def test_token_metrics_of_a_model_without_the_sums_are_nan_with_a_warning(caplog
     assert "1 examples lack the model outputs token_nll" in caplog.text
     only_sums = combiner.add_input(combiner.create_accumulator(), with_sums)
     assert combiner.extract_output(only_sums)[key] == 0.5
+
+
+def test_pipeline_gate_judges_the_whole_split_not_each_slice(tmp_path, saved_models_and_data):
+    """The pipeline's thresholds (make_eval_config) bless a candidate that is better overall
+    though worse on one small slice: tiny length buckets are reported, not gated on."""
+    paths, data = saved_models_and_data
+    gate = make_eval_config(min_bleu=0.0, max_drop=0.0)
+    config = tfma.EvalConfig(
+        model_specs=[tfma.ModelSpec(name='candidate', label_key='french'),
+                     tfma.ModelSpec(name='baseline', label_key='french', is_baseline=True)],
+        metrics_specs=gate.metrics_specs,
+        slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=['english'])])
+    models = [tfma.default_eval_shared_model(paths[name], eval_config=config, model_name=name)
+              for name in ('candidate', 'baseline')]
+    output = str(tmp_path)
+    tfma.run_model_analysis(eval_shared_model=models, eval_config=config,
+                            data_location=data, output_path=output)
+    metrics = _metrics_by_slice(output)
+    worse_slice = metrics[(('english', 'nothing'),)]  # '' vs the baseline's 'Rien'
+    assert worse_slice[('corpus_chrf', 'candidate', True)] < 0
+    assert metrics[()][('corpus_chrf', 'candidate', True)] > 0
+    assert tfma.load_validation_result(output).validation_ok
