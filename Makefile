@@ -7,7 +7,7 @@ PIP_FLAGS := --ignore-requires-python -c constraints.txt
 # Extra flags for `nmt run`, e.g. make run ARGS="--data ~/fra.txt --profile cpu"
 ARGS ?=
 
-.PHONY: venv run test clean chromium
+.PHONY: venv run test clean chromium mariadb
 
 venv: $(VENV)/.installed
 
@@ -26,7 +26,14 @@ run: venv
 chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
-test: venv chromium
+# The MySQL-backed ML Metadata tests start their own MariaDB server (Debian's package; needs
+# root to install, and no running service).
+mariadb:
+	command -v mariadbd >/dev/null || command -v mysqld >/dev/null || \
+		test -x /usr/sbin/mariadbd || test -x /usr/sbin/mysqld || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server)
+
+test: venv chromium mariadb
 	$(BIN)/python -m pytest -q tests
 
 clean:

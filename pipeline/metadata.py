@@ -3,11 +3,22 @@ was it compared with the last one?", so that nobody has to write MLMD queries.
 
 Every public query reads an open store and returns plain dicts and lists (JSON-ready): the CLI
 prints them as tables or JSON, the report and the tests use them as they are. Nothing here
-writes to the store. It reads what TFX records: a "pipeline_run" context per run (named by the
-run id), a "node" context per component, executions with their exec properties as custom
-properties, and INPUT/OUTPUT events between executions and artifacts. A cached execution has
-OUTPUT events to the artifacts of the execution it reused, so "produced by" means the first
-execution that output an artifact.
+writes to the store. Two writers lay MLMD out differently, and `_load` reads either into one
+graph (a `_Layout` per writer, detected from the context types present; everything after
+`_load` is shared):
+
+- TFX's LocalDagRunner (`nmt run`): a "pipeline_run" context per run (named by the run id), a
+  "node" context per component, executions typed by component class with their exec
+  properties as custom properties.
+- Kubeflow Pipelines v2 (this pipeline compiled by KubeflowV2DagRunner), whose driver and
+  launcher write MLMD themselves (kubeflow/pipelines backend/src/v2/metadata/client.go):
+  "system.PipelineRun" contexts under "system.Pipeline" ones, "system.ContainerExecution"s
+  named by their task_name custom property with the input parameters (TFX's exec properties)
+  in an "inputs" struct, artifacts typed by schema title ("tfx.Examples").
+
+In both, INPUT/OUTPUT events between executions and artifacts carry the input/output key, and
+a cached execution has OUTPUT events to the artifacts of the execution it reused, so
+"produced by" means the first execution that output an artifact.
 """
 from __future__ import annotations
 
@@ -28,6 +39,14 @@ from google.protobuf import json_format
 from ml_metadata.proto import metadata_store_pb2
 
 RUN_CONTEXT, PIPELINE_CONTEXT, NODE_CONTEXT = "pipeline_run", "pipeline", "node"
+KFP_RUN_CONTEXT, KFP_PIPELINE_CONTEXT = "system.PipelineRun", "system.Pipeline"
+# KFP executions that run a task; a system.DAGExecution is the run (or a sub-DAG) itself.
+_KFP_TASKS = ("system.ContainerExecution", "system.ImporterExecution")
+_KFP_TYPE_PREFIX = "tfx."  # KubeflowV2DagRunner titles artifact schemas "tfx.<type>"
+# TFX artifact properties (of the types this pipeline outputs) that KFP keeps as custom ones.
+_TFX_PROPERTIES = frozenset({"span", "version", "split_names"})
+_TFX_CUSTOM_PREFIX = "custom:"  # tfx.types.artifact.CUSTOM_PROPERTIES_PREFIX
+_MODEL_ID_PROPERTIES = frozenset({"current_model_id", "baseline_model_id"})  # a blessing's
 SERVING_MODEL_DIR = "Format-Serving"  # the SavedModel inside a Model artifact
 # Written by trainer_module.task into the ModelRun artifact (not imported: it loads TensorFlow).
 HPARAMS_FILE, HISTORY_FILE = "hparams.json", "history.json"
@@ -102,13 +121,29 @@ def connect(config: StoreConfig) -> mlmd.MetadataStore:
 
 # --- One read of the store ----------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """What differs between the writers of a store (see the module docstring): the context types
+    of runs and pipelines, and how to read a component's name, its config and an artifact."""
+    run_context: str
+    pipeline_context: str
+    # (store, executions of the runs) -> execution id -> component, for those that are one
+    components: Callable[[mlmd.MetadataStore, list[metadata_store_pb2.Execution]],
+                         dict[int, str]]
+    config: Callable[[metadata_store_pb2.Execution], dict[str, Any]]  # exec properties
+    artifact: Callable[[metadata_store_pb2.Artifact], metadata_store_pb2.Artifact]  # as TFX's
+    state_names: dict[int, str]  # what an MLMD state means where it differs from _STATE_NAMES
+
+
 @dataclasses.dataclass
 class _Graph:
     """Runs, executions, artifacts and the events between them, read once and indexed."""
+    layout: _Layout
     runs: list[metadata_store_pb2.Context]  # newest first
     pipeline_of_run: dict[int, str]
     run_of_execution: dict[int, metadata_store_pb2.Context]
     node_of_execution: dict[int, str]
+    config_of_execution: dict[int, dict[str, Any]]
     executions: dict[int, metadata_store_pb2.Execution]
     artifacts: dict[int, metadata_store_pb2.Artifact]
     inputs: dict[int, list[tuple[str, int]]]  # execution id -> (input key, artifact id)
@@ -140,25 +175,30 @@ class _Graph:
                 for _, a in self.outputs.get(e.id, [])]
 
 
+def _runs(store: mlmd.MetadataStore) -> tuple[_Layout, list[metadata_store_pb2.Context]]:
+    """The layout of the store, told by the run contexts it holds, and those runs."""
+    for layout in _LAYOUTS:
+        runs = store.get_contexts_by_type(layout.run_context)
+        if runs:
+            return layout, runs
+    raise MetadataError("The ML Metadata store holds no pipeline runs yet: run the pipeline "
+                        "first (`nmt run`), or check --pipeline-root and the connection flags.")
+
+
 def _load(store: mlmd.MetadataStore) -> _Graph:
     with _store_errors():
-        runs = store.get_contexts_by_type(RUN_CONTEXT)
-        if not runs:
-            raise MetadataError("The ML Metadata store holds no pipeline runs yet: run the "
-                                "pipeline first (`nmt run`), or check --pipeline-root and the "
-                                "connection flags.")
+        layout, runs = _runs(store)
         pipeline_of_run = {run.id: pipeline.name
-                           for pipeline in store.get_contexts_by_type(PIPELINE_CONTEXT)
+                           for pipeline in store.get_contexts_by_type(layout.pipeline_context)
                            for run in store.get_children_contexts_by_context(pipeline.id)}
         run_of_execution = {e.id: run for run in runs
                             for e in store.get_executions_by_context(run.id)}
-        node_of_execution = {e.id: node.name.rpartition(".")[2]  # "<pipeline>.<node id>"
-                             for node in store.get_contexts_by_type(NODE_CONTEXT)
-                             for e in store.get_executions_by_context(node.id)}
-        executions = {e.id: e for e in store.get_executions_by_id(list(run_of_execution))}
+        in_runs = store.get_executions_by_id(list(run_of_execution))
+        node_of_execution = layout.components(store, in_runs)
+        executions = {e.id: e for e in in_runs if e.id in node_of_execution}
         events = [event for event in store.get_events_by_execution_ids(list(executions))
                   if event.type in _LINKS]
-        artifacts = {a.id: a for a in store.get_artifacts_by_id(
+        artifacts = {a.id: layout.artifact(a) for a in store.get_artifacts_by_id(
             sorted({event.artifact_id for event in events}))}
     inputs: dict[int, list[tuple[str, int]]] = {}
     outputs: dict[int, list[tuple[str, int]]] = {}
@@ -170,10 +210,14 @@ def _load(store: mlmd.MetadataStore) -> _Graph:
     for execution_id in sorted(outputs):
         for _, artifact_id in outputs[execution_id]:
             producer.setdefault(artifact_id, execution_id)
-    return _Graph(runs=sorted(runs, key=lambda r: (r.create_time_since_epoch, r.id), reverse=True),
-                  pipeline_of_run=pipeline_of_run, run_of_execution=run_of_execution,
-                  node_of_execution=node_of_execution, executions=executions,
-                  artifacts=artifacts, inputs=inputs, outputs=outputs, producer=producer)
+    return _Graph(layout=layout,
+                  runs=sorted(runs, key=lambda r: (r.create_time_since_epoch, r.id), reverse=True),
+                  pipeline_of_run=pipeline_of_run,
+                  run_of_execution={e: run_of_execution[e] for e in executions},
+                  node_of_execution=node_of_execution,
+                  config_of_execution={i: layout.config(e) for i, e in executions.items()},
+                  executions=executions, artifacts=artifacts, inputs=inputs, outputs=outputs,
+                  producer=producer)
 
 
 def _find_run(graph: _Graph, run_id: str | None) -> metadata_store_pb2.Context:
@@ -233,6 +277,87 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     for key, item in items:
         flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
     return flat
+
+
+# --- The two layouts ---------------------------------------------------------------------
+
+def _node_components(store: mlmd.MetadataStore,
+                     executions: list[metadata_store_pb2.Execution]) -> dict[int, str]:
+    """LocalDagRunner: each execution is in its component's "node" context, "<pipeline>.<id>"."""
+    ids = {e.id for e in executions}
+    return {e.id: node.name.rpartition(".")[2]
+            for node in store.get_contexts_by_type(NODE_CONTEXT)
+            for e in store.get_executions_by_context(node.id) if e.id in ids}
+
+
+def _kfp_components(store: mlmd.MetadataStore,
+                    executions: list[metadata_store_pb2.Execution]) -> dict[int, str]:
+    """KFP records no component class and no node context: a task is named by its task_name
+    (KubeflowV2DagRunner names each task by the TFX node id, e.g. "Trainer"), else its
+    display_name. The DAG executions (the run itself) are not components."""
+    names = {}
+    for execution in executions:
+        if execution.type in _KFP_TASKS:
+            custom = _custom(execution)
+            names[execution.id] = (custom.get("task_name") or custom.get("display_name")
+                                   or f"{execution.type}:{execution.id}")
+    return names
+
+
+def _whole(value: Any) -> Any:
+    """A number KFP stored as a double (it has no integers) back as the int TFX wrote."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _kfp_config(execution: metadata_store_pb2.Execution) -> dict[str, Any]:
+    """A task's input parameters, which are the TFX component's exec properties: the "inputs"
+    struct of KFP 2 (client.go CreateExecution), or the "input:NAME" custom properties of
+    earlier v2 launchers."""
+    custom = _custom(execution)
+    parameters = {key.removeprefix("input:"): value for key, value in custom.items()
+                  if key.startswith("input:")}
+    parameters.update(custom.get("inputs") or {})
+    return {key: _whole(value) for key, value in sorted(parameters.items())}
+
+
+def _kfp_value(key: str, value: metadata_store_pb2.Value) -> metadata_store_pb2.Value:
+    """A custom property as TFX wrote it: an int where KFP made it a double, a model id an int."""
+    if value.WhichOneof("value") == "double_value" and value.double_value.is_integer():
+        return metadata_store_pb2.Value(int_value=int(value.double_value))
+    if key in _MODEL_ID_PROPERTIES and value.string_value.isdigit():
+        return metadata_store_pb2.Value(int_value=int(value.string_value))
+    return value
+
+
+def _kfp_artifact(artifact: metadata_store_pb2.Artifact) -> metadata_store_pb2.Artifact:
+    """A KFP artifact as LocalDagRunner records it, so that one reader serves both layouts.
+
+    KFP types it by schema title ("tfx.Examples"). TFX's KFP entrypoint (kubeflow_v2_entrypoint_
+    utils.to_runtime_artifact) writes properties and custom properties into one metadata struct,
+    a custom one that shares a property's name prefixed "custom:"; KFP's launcher stores every
+    field as a custom property, numbers as doubles (converter.go StructValueToMLMDValue); and a
+    blessing's model ids are runtime artifact names, i.e. MLMD ids as strings.
+    """
+    result = metadata_store_pb2.Artifact()
+    result.CopyFrom(artifact)
+    result.type = artifact.type.removeprefix(_KFP_TYPE_PREFIX)
+    result.ClearField("custom_properties")
+    for key, value in artifact.custom_properties.items():
+        fields = result.properties if key in _TFX_PROPERTIES else result.custom_properties
+        fields[key.removeprefix(_TFX_CUSTOM_PREFIX)].CopyFrom(_kfp_value(key, value))
+    return result
+
+
+_LAYOUTS = (
+    # TFX's LocalDagRunner (`nmt run`)
+    _Layout(RUN_CONTEXT, PIPELINE_CONTEXT, _node_components, config=_custom,
+            artifact=lambda artifact: artifact, state_names={}),
+    # Kubeflow Pipelines v2. client.go CreateExecution: "in MLMD, CANCELED state means exactly
+    # as what we call not triggered" (a task whose condition was false).
+    _Layout(KFP_RUN_CONTEXT, KFP_PIPELINE_CONTEXT, _kfp_components, config=_kfp_config,
+            artifact=_kfp_artifact,
+            state_names={metadata_store_pb2.Execution.CANCELED: "not triggered"}),
+)
 
 
 # --- Files that artifacts point to (local paths, or gs:// etc. through TensorFlow) ----------
@@ -359,18 +484,20 @@ def _describe(graph: _Graph, artifact: metadata_store_pb2.Artifact) -> dict[str,
 
 # --- runs ---------------------------------------------------------------------------------
 
-def _component_state(execution: metadata_store_pb2.Execution, newest_run: bool) -> str:
+def _component_state(graph: _Graph, execution: metadata_store_pb2.Execution,
+                     newest_run: bool) -> str:
     """A run that never finished an execution and was followed by another was interrupted
     (killed, crashed): MLMD still says RUNNING."""
     if execution.last_known_state in _UNFINISHED:
         return "running" if newest_run else "interrupted"
-    return _STATE_NAMES.get(execution.last_known_state, "unknown")
+    return graph.layout.state_names.get(execution.last_known_state) or _STATE_NAMES.get(
+        execution.last_known_state, "unknown")
 
 
 def _run_record(graph: _Graph, run: metadata_store_pb2.Context, newest: bool) -> dict[str, Any]:
     executions = graph.run_executions(run)
     components = [{"component": graph.node_of_execution.get(e.id), "execution": e.id,
-                   "state": _component_state(e, newest),
+                   "state": _component_state(graph, e, newest),
                    "duration_s": None if e.last_known_state in _UNFINISHED else _seconds(
                        e.create_time_since_epoch, e.last_update_time_since_epoch)}
                   for e in executions]
@@ -577,7 +704,8 @@ def _run_facts(graph: _Graph, run: metadata_store_pb2.Context,
         "components": {"": states},
         "input": {"": source} if source else {},
         "config": {graph.node_of_execution.get(e.id): flatten({
-            key: _parsed(value) for key, value in _custom(_effective_execution(graph, e)).items()})
+            key: _parsed(value) for key, value
+            in graph.config_of_execution[_effective_execution(graph, e).id].items()})
             for e in graph.run_executions(run)},
         "hyperparameters": {"": flatten(hparams)} if hparams else {},
         "metrics": {group: flatten(values) for group, values in _run_metrics(outputs).items()},

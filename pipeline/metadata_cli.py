@@ -2,8 +2,10 @@
 read for people (aligned tables) or scripts (--json), without writing MLMD queries.
 
 The store is the local SQLite one of the pipeline root by default; --mysql-* or --grpc-* flags
-read a MySQL-backed store or an MLMD gRPC server instead (as Kubeflow deploys it). TensorFlow
-and TFMA load only when a command needs them (metrics, the report), so `runs` stays fast.
+read a MySQL-backed store or an MLMD gRPC server instead (as Kubeflow deploys it). Runs written
+by `nmt run` (TFX's LocalDagRunner) and by Kubeflow Pipelines v2 are both understood: the
+layout is told from the store (pipeline.metadata). TensorFlow and TFMA load only when a command
+needs them (metrics, the report), so `runs` stays fast.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def _store_flags() -> argparse.ArgumentParser:
     group.add_argument("--grpc-host", help="read an MLMD gRPC server instead, e.g. "
                                            "metadata-grpc-service.kubeflow (Kubeflow)")
     group.add_argument("--grpc-port", type=int, default=8080)
-    group.add_argument("--mysql-host", help="read a MySQL-backed store on this host instead")
+    group.add_argument("--mysql-host", help="read a MySQL-backed store on this host instead, "
+                                            "e.g. Kubeflow's mysql.kubeflow (database metadb)")
     group.add_argument("--mysql-port", type=int, default=3306)
     group.add_argument("--mysql-database", default="metadb")
     group.add_argument("--mysql-user", default="root")
@@ -154,7 +157,8 @@ class _Command:
 
 def _artifacts_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--type", dest="type_name", metavar="TYPE",
-                        help="only this artifact type, e.g. Examples, Model, PushedModel")
+                        help="only this artifact type, e.g. Examples, Model, PushedModel "
+                             "(TFX's names, also for Kubeflow's tfx.Examples...)")
     parser.add_argument("--run", metavar="RUN",
                         help="only what this run's components output (cached ones included)")
 
