@@ -44,13 +44,13 @@ def main() -> None:
         files = f"{transformed_examples_of(graph)}/Split-train/*"
         dataset = make_dataset(files, output, hparams, training=True, seed=0)
         trainers[name] = (model, iter(dataset))  # continues across rounds
-        results[name]["parameters"] = model.count_params()
         results[name]["rounds"] = []
     for round_ in range(args.rounds):
         for name, (model, batches) in trainers.items():
             warmup = 10 if round_ == 0 else 2
             results[name]["rounds"].append(measure(model, batches, args.steps, warmup))
-    for name in trainers:
+    for name, (model, _) in trainers.items():
+        results[name]["parameters"] = model.count_params()  # built by now
         rounds = results[name]["rounds"]
         seconds = sum(r["seconds"] for r in rounds)
         results[name]["pairs_per_s"] = round(
