@@ -577,10 +577,21 @@ def _upstream(graph: _Graph, artifact_id: int) -> set[int]:
     return seen
 
 
-def _model_hparams(graph: _Graph, model: metadata_store_pb2.Artifact) -> dict[str, Any] | None:
-    """The Trainer's full hyperparameters, from the ModelRun output next to the Model."""
+def _model_run_json(graph: _Graph, model: metadata_store_pb2.Artifact, name: str) -> Any:
+    """A JSON file the Trainer wrote into the ModelRun output next to the Model, or None."""
     model_run = graph.sibling(model, "ModelRun")
-    return read_json(os.path.join(model_run.uri, HPARAMS_FILE)) if model_run else None
+    return read_json(os.path.join(model_run.uri, name)) if model_run else None
+
+
+def _model_hparams(graph: _Graph, model: metadata_store_pb2.Artifact) -> dict[str, Any] | None:
+    """The Trainer's full hyperparameters."""
+    return _model_run_json(graph, model, HPARAMS_FILE)
+
+
+def _trained_steps(graph: _Graph, model: metadata_store_pb2.Artifact) -> int | None:
+    """Steps actually trained: fewer than train_steps when a time budget stopped training."""
+    history = _model_run_json(graph, model, HISTORY_FILE)
+    return history[-1].get("step") if history else None
 
 
 def lineage(store: mlmd.MetadataStore, ref: str) -> dict[str, Any]:
@@ -654,6 +665,7 @@ def list_models(store: mlmd.MetadataStore) -> list[dict[str, Any]]:
             "model": model.id, "run": graph.run_name(graph.producer.get(model.id)),
             "created": _iso(model.create_time_since_epoch),
             "train_steps": (_model_hparams(graph, model) or {}).get("train_steps"),
+            "trained_steps": _trained_steps(graph, model),
             "bleu": judged.get("bleu"), "chrf": judged.get("chrf"),
             "blessed": judged.get("blessed"), "baseline_model": judged.get("baseline_model"),
             "pushed_version": model_pushes[-1]["version"] if model_pushes else None,

@@ -134,7 +134,8 @@ def _lineage_tables(result: dict[str, Any]) -> list[Table]:
 
 def _models_tables(models: list[dict[str, Any]]) -> list[Table]:
     rows = [{**m, "serving": "<- serving" if m["serving"] else ""} for m in models]
-    return [("", rows, [("model", "MODEL"), ("run", "RUN"), ("train_steps", "STEPS"),
+    return [("", rows, [("model", "MODEL"), ("run", "RUN"), ("trained_steps", "STEPS"),
+                        ("train_steps", "OF"),
                         ("bleu", "BLEU"), ("chrf", "CHRF"), ("blessed", "BLESSED"),
                         ("pushed_version", "PUSHED"), ("serving", ""), ("uri", "URI")])]
 

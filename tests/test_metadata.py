@@ -216,13 +216,15 @@ def test_lineage_does_not_follow_the_baseline_model(capsys, root, run_ids):
 
 def test_models_mark_the_serving_one(capsys, root, run_ids, smoke_run):
     rerun, resumed = query(capsys, root, "models")
-    assert {k: resumed[k] for k in ("run", "train_steps", "blessed", "baseline_model",
-                                    "pushed_version", "serving")} == {
-        "run": run_ids["resumed"], "train_steps": SMOKE_TRAIN_STEPS, "blessed": True,
+    assert {k: resumed[k] for k in ("run", "train_steps", "trained_steps", "blessed",
+                                    "baseline_model", "pushed_version", "serving")} == {
+        "run": run_ids["resumed"], "train_steps": SMOKE_TRAIN_STEPS,
+        "trained_steps": SMOKE_TRAIN_STEPS, "blessed": True,
         "baseline_model": None, "pushed_version": smoke_run.pushed_version, "serving": True}
-    assert {k: rerun[k] for k in ("run", "train_steps", "blessed", "baseline_model",
-                                  "pushed_version", "serving")} == {
-        "run": run_ids["rerun"], "train_steps": RERUN_TRAIN_STEPS, "blessed": False,
+    assert {k: rerun[k] for k in ("run", "train_steps", "trained_steps", "blessed",
+                                  "baseline_model", "pushed_version", "serving")} == {
+        "run": run_ids["rerun"], "train_steps": RERUN_TRAIN_STEPS,
+        "trained_steps": RERUN_TRAIN_STEPS, "blessed": False,
         "baseline_model": resumed["model"], "pushed_version": None, "serving": False}
     assert {k: resumed[k] for k in ("bleu", "chrf")} == overall_scores(smoke_run.evaluation_uri)
     assert rerun["chrf"] < resumed["chrf"]
