@@ -16,7 +16,6 @@ import warnings
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
 
 from pipeline import config as config_lib
-from components.strict_example_validator import DataValidationError
 from pipeline import data_source, logs
 from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.metadata_cli import add_metadata_parser, add_report_parser
@@ -74,6 +73,7 @@ def _add_run_parser(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from components.strict_example_validator import DataValidationError  # heavy, as below
     from pipeline import local_runner  # heavy (TFX, TF): only when needed
 
     data_path = data_source.resolve_data_path(args.data)
@@ -88,7 +88,11 @@ def _run(args: argparse.Namespace) -> int:
         max_metric_drop=args.max_metric_drop,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)
-    local_runner.run(config, args.to_component)
+    try:
+        local_runner.run(config, args.to_component)
+    except DataValidationError as err:  # the schema's verdict, already worded for people
+        print(f"nmt: error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -143,9 +147,6 @@ def main(argv: list[str] | None = None) -> int:
     except (data_source.DataSourceError, TranslateError) as err:
         print(f"nmt: error: {err}", file=sys.stderr)
         return 2
-    except DataValidationError as err:
-        print(f"nmt: error: {err}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ import dataclasses
 import os
 from typing import Any
 
-from tfx import v1 as tfx
-
 from components.fra_example_gen import parser
 from pipeline.code_version import code_version
 from schemas import SCHEMA_FILE
@@ -81,6 +79,8 @@ class PipelineConfig:
 
 def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
     """create_pipeline's arguments for a config: the one list every runner starts from."""
+    from tfx import v1 as tfx  # heavy: not for `nmt metadata` and friends, which read the config
+
     return dict(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,

@@ -7,7 +7,7 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 
 from components.atomic_pusher import AtomicPusher
-from components.fra_example_gen import FraTxtExampleGen
+from components.fra_example_gen.component import FraTxtExampleGen
 from components.strict_example_validator import StrictExampleValidator
 from pipeline.eval_config import make_eval_config
 

@@ -7,7 +7,6 @@ import sys
 import unicodedata
 from typing import Iterable, Iterator
 
-from components import atomic_pusher
 
 _LOG = logging.getLogger(__name__)
 BATCH_SIZE = 64
@@ -21,6 +20,8 @@ def resolve_model_dir(path: str) -> str:
     """A SavedModel directory, or a serving directory whose newest integer version is used."""
     if os.path.isfile(os.path.join(path, "saved_model.pb")):
         return path
+    from components import atomic_pusher  # imports TFX: not when the CLI merely starts
+
     versions = atomic_pusher.pushed_versions(path) if os.path.isdir(path) else []
     if not versions:
         raise TranslateError(f"No pushed model in {path}: run the pipeline first "

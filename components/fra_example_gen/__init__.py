@@ -1,4 +1,5 @@
-"""ExampleGen for the tab-separated fra.txt file of manythings.org / Tatoeba."""
-from components.fra_example_gen.component import FraTxtExampleGen
+"""ExampleGen for the tab-separated fra.txt file of manythings.org / Tatoeba.
 
-__all__ = ["FraTxtExampleGen"]
+The component is in `component` (it imports TFX); `parser` is pure Python, so the CLI can use
+its defaults without loading TFX.
+"""
