@@ -19,8 +19,7 @@ from benchmarks.train_throughput import measure
 from benchmarks.unk_rate import transformed_examples_of, unk_rates
 from trainer_module import hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.preprocessing import RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB
-from trainer_module.task import _build_keras_model
+from trainer_module.task import _build_keras_model, vocab_sizes
 
 
 def main() -> None:
@@ -36,9 +35,7 @@ def main() -> None:
     for name, graph in (("word", args.word), ("wordpiece", args.wordpiece)):
         results[name] = {"transform_graph": graph, **unk_rates(graph, args.split)}
         output = tft.TFTransformOutput(graph)
-        hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(
-            *[output.vocabulary_size_by_name(n) + len(RESERVED_TOKENS)
-              for n in (SOURCE_VOCAB, TARGET_VOCAB)])
+        hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
         tf.random.set_seed(0)
         model = _build_keras_model(hparams)
         files = f"{transformed_examples_of(graph)}/Split-train/*"

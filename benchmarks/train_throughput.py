@@ -19,8 +19,7 @@ import tensorflow_transform as tft
 
 from trainer_module import hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.preprocessing import RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB
-from trainer_module.task import _build_keras_model
+from trainer_module.task import _build_keras_model, vocab_sizes
 
 
 def latest(pattern: str) -> str:
@@ -56,9 +55,7 @@ def main() -> None:
     transform_dir = latest(os.path.join(args.pipeline_root, "Transform", "transform_graph", "*"))
     examples = latest(os.path.join(args.pipeline_root, "Transform", "transformed_examples", "*"))
     output = tft.TFTransformOutput(transform_dir)
-    hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(
-        *[output.vocabulary_size_by_name(n) + len(RESERVED_TOKENS)
-          for n in (SOURCE_VOCAB, TARGET_VOCAB)])
+    hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
     files = os.path.join(examples, "Split-train", "*")
     tf.random.set_seed(0)
     model = _build_keras_model(hparams)

@@ -7,7 +7,6 @@ import sys
 import unicodedata
 from typing import Iterable, Iterator
 
-
 _LOG = logging.getLogger(__name__)
 BATCH_SIZE = 64
 

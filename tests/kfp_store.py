@@ -48,6 +48,8 @@ import yaml
 from google.protobuf import json_format, struct_pb2
 from ml_metadata.proto import metadata_store_pb2 as mlmd_pb
 
+from components.fra_example_gen.executor import file_fingerprint
+
 # client.go
 PIPELINE_CONTEXT, RUN_CONTEXT = "system.Pipeline", "system.PipelineRun"
 CONTAINER_EXECUTION, DAG_EXECUTION = "system.ContainerExecution", "system.DAGExecution"
@@ -240,12 +242,6 @@ def _example(english: str, french: list[str]) -> bytes:
                "french": tf.train.Feature(bytes_list=tf.train.BytesList(
                    value=[f.encode() for f in french]))}
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
-def file_fingerprint(path: str) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        data = f.read()
-    return {"path": path, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _example_gen(params: Mapping[str, Any], inputs: Inputs,

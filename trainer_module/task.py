@@ -40,9 +40,13 @@ def _hparams(fn_args: tfx.components.FnArgs,
             checkpoint_every=min(hparams.checkpoint_every, fn_args.train_steps))
     if config.get("max_train_seconds"):
         hparams = dataclasses.replace(hparams, max_train_seconds=config["max_train_seconds"])
-    sizes = [tf_transform_output.vocabulary_size_by_name(name) + len(RESERVED_TOKENS)
-             for name in (SOURCE_VOCAB, TARGET_VOCAB)]
-    return devices.fit_to_devices(hparams.with_vocab_sizes(*sizes))
+    return devices.fit_to_devices(hparams.with_vocab_sizes(*vocab_sizes(tf_transform_output)))
+
+
+def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
+    """(source, target) vocabulary sizes: Transform's vocab files plus the reserved tokens."""
+    return tuple(tf_transform_output.vocabulary_size_by_name(name) + len(RESERVED_TOKENS)
+                 for name in (SOURCE_VOCAB, TARGET_VOCAB))
 
 
 def _checkpoint_dir(fn_args: tfx.components.FnArgs, hparams: hparams_lib.HParams) -> str:
