@@ -302,6 +302,23 @@ def test_transformer_config_round_trip(model):
     np.testing.assert_allclose(clone((source, target)), model((source, target)))
 
 
+def test_shared_embeddings_are_one_variable_for_source_target_and_output():
+    tf.random.set_seed(2)
+    shared = Transformer(tiny_hparams().with_vocab_sizes(TARGET_VOCAB, TARGET_VOCAB, shared=True))
+    source, target = tf.constant([[5, 6, 7]]), tf.constant([[START_ID, 8]])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(shared((source, target))[:, :, 9])  # tied output row of token 9
+    embeddings = [v for v in shared.trainable_variables if "embedding" in v.name]
+    assert len(embeddings) == 1 and shared.source_embedding is shared.target_embedding
+    gradient = tf.convert_to_tensor(tape.gradient(loss, embeddings[0])).numpy()
+    assert all(np.abs(gradient[i]).sum() > 0 for i in (5, 7, START_ID, 8, 9))  # both sides
+    separate = Transformer(tiny_hparams())
+    separate((source, target))
+    assert len(separate.trainable_variables) == len(shared.trainable_variables) + 1
+    with pytest.raises(ValueError, match="shared_embeddings needs one vocabulary"):
+        tiny_hparams().with_vocab_sizes(30, 40, shared=True)
+
+
 def test_profiles_and_vocab_sizes():
     assert set(PROFILES) == {"smoke", "cpu", "base", "seeds"}
     base = get_profile("base")

@@ -1,7 +1,8 @@
 """Transform's in-graph normalization, vocabularies and French references, on real tf.Transform."""
 from __future__ import annotations
 
-import os
+import collections
+import re
 import tempfile
 
 import pytest
@@ -24,11 +25,32 @@ from trainer_module.hparams import UNK_ID
     ("  Tab\there  ", "Tab here"),  # whitespace collapsed
     ("Bell\x07ring", "Bell ring"),  # control character separates words
     ("zero\u200bwidth", "zerowidth"),  # format character vanishes
-    ("It's 5:30.", "It's 5 : 30 ."),
+    ("It's 5:30.", "It's 5:30 ."),  # separators inside numbers stay (whole_numbers)
+    ("3,50 € et 1,2,3 ; 12/05/2020.", "3,50 € et 1,2,3 ; 12/05/2020 ."),
+    ("Il a 3, 5 ou 6 ans.", "Il a 3 , 5 ou 6 ans ."),  # a comma before a space is punctuation
+    ("a\ue000,\ue000b", "a , b"),  # private-use characters (the number mark) vanish
     ("Été à Paris", "Été à Paris"),  # non-ASCII letters are word characters; case kept
 ])
 def test_normalize(raw, normalized):
     assert pp.normalize(tf.constant([raw])).numpy()[0].decode() == normalized
+
+
+def test_separators_split_off_numbers_when_whole_numbers_is_off():
+    normalized = pp.normalize(tf.constant(["Il est 5:30, ça coûte 3,50."]), whole_numbers=False)
+    assert normalized.numpy()[0].decode() == "Il est 5 : 30 , ça coûte 3 , 50 ."
+
+
+@pytest.mark.parametrize("raw, normalized", [
+    ("L'homme qu'il voit d'ici", "L' homme qu' il voit d' ici"),
+    ("Jusqu'à lorsqu'elle puisqu'on j'ai n'est s'il c'est m'a t'aime",
+     "Jusqu' à lorsqu' elle puisqu' on j' ai n' est s' il c' est m' a t' aime"),
+    ("C’est l’homme.", "C’ est l’ homme ."),  # typographic apostrophe
+    ("aujourd'hui quelqu'un presqu'île prud'homme", "aujourd'hui quelqu'un presqu'île prud'homme"),
+    ("(l'eau) « d'abord »", "( l' eau ) « d' abord »"),
+    ("l' 'l", "l ' ' l"),  # edge apostrophes are still split off, not taken for elisions
+])
+def test_split_elisions(raw, normalized):
+    assert pp.normalize(tf.constant([raw]), split_elisions=True).numpy()[0].decode() == normalized
 
 
 def test_detokenize_undoes_the_splitting_french_style():
@@ -68,9 +90,11 @@ def test_vocabularies_reserve_ids_and_keep_every_reference():
     assert [r["english_length_bucket"] for r in rows] == [b"01-05"] * 3
 
 
-def _analyze(raw: list[dict], custom_config: dict):
-    """tf.Transform on `raw` (English only): (transform_fn, its output directory)."""
+def _analyze(raw: list[dict], custom_config: dict) -> tft.TFTransformOutput:
+    """tf.Transform's analysis of `raw` (English, and French if the rows have it)."""
     spec = {"english": tf.io.FixedLenFeature([1], tf.string)}
+    if "french" in raw[0]:
+        spec["french"] = tf.io.VarLenFeature(tf.string)
     with tft_beam.Context(temp_dir=tempfile.mkdtemp()):
         transform_fn = (raw, tft.DatasetMetadata.from_feature_spec(spec)) | \
             tft_beam.AnalyzeDataset(lambda inputs: pp.preprocessing_fn(inputs, custom_config))
@@ -106,3 +130,88 @@ def test_wordpiece_is_learned_in_transform_and_spells_rare_words():
 def test_tokenizer_is_checked():
     with pytest.raises(ValueError, match="unknown tokenizer 'bpe'"):
         _analyze([{"english": ["Go."]}], {"tokenizer": "bpe"})
+
+
+# French references with numbers (times, prices, dates, thousands) and elisions: each must come
+# back unchanged from normalize -> tokenize -> WordPiece -> detokenize.
+ROUND_TRIPS = [
+    "3,50", "5:30", "1 000", "10.5", "2 500,75 €", "Il est 5:30.", "Il est 8 h 30.",
+    "Rendez-vous à 14 h 30.", "Je me suis réveillé à 6h30.", "Ça coûte 3,50 $.",
+    "Le 12/05/2020, à 8:15.", "J'ai payé 2 000 yens pour cet atlas.", "Prix : 1 234,56 €.",
+    "Il est né en 1990.", "Il mesure 1.85 m, pas 1,9 m.", "Compte 1,2,3 !", "Pi vaut 3.14159.",
+    "Du 1/2 au 3/4 (50 %).", "Il a 3 ans, 5 mois et 2 jours.", "Suis-je bien au 223-1374 ?",
+    "L'homme d'aujourd'hui n'a qu'un euro jusqu'à 10:45.", "C’est l’heure : 7 h 05.",
+    "Lorsqu'il part, puisqu'elle reste, j'attends quelqu'un.",
+]
+
+
+@pytest.fixture(scope="module")
+def joint_output() -> tft.TFTransformOutput:
+    """A small joint WordPiece vocabulary (numbers spelled from pieces) with elisions split."""
+    french = ["Il est 10:45 et ça coûte 1 234,56 € ; 7 h 05, 6h30 ou 8:15 (50 %).",
+              "Le 12/05/2020, j'ai payé 3,14159 $ pour 1.85 m à 223-1374 ; 9 h 30 ?",
+              "L'homme n'a qu'un euro jusqu'à Noël. C’est l’heure ! Lorsqu'il part, "
+              "puisqu'elle reste, j'attends quelqu'un d'aujourd'hui : le 3/4 de 1,2.",
+              "Un homme, des ans, des mois, des jours, des yens, cet atlas, né en 1990 ; "
+              "Rendez-vous, réveillé, pas, Compte, Pi vaut, Du au Prix Ça Suis-je bien, Je J'ai"]
+    raw = [{"english": ["Tom paid 3.50 euros at 5:30."], "french": [f]} for f in french] * 4
+    return _analyze(raw, {"tokenizer": "wordpiece", "vocab_size": 250, "split_elisions": True,
+                          "joint_vocabulary": True})
+
+
+def _french_pieces(output: tft.TFTransformOutput, sentences: list[str]) -> list[list[str]]:
+    """Each sentence as one French reference through the Transform graph: its pieces."""
+    layer = output.transform_features_layer()
+    ids = layer({"english": tf.constant([["Go."]] * len(sentences)),
+                 "french": tf.sparse.from_dense(tf.constant([[s] for s in sentences]))}
+                )[pp.TARGET_IDS]
+    tokens = [t.encode() for t in pp.RESERVED_TOKENS] + output.vocabulary_by_name(pp.TARGET_VOCAB)
+    return [[tokens[i].decode() for i in reference] for reference in ids.values.to_list()]
+
+
+def test_numbers_and_elisions_survive_wordpiece_and_detokenize(joint_output):
+    pieces = _french_pieces(joint_output, ROUND_TRIPS)
+    assert all(pp.RESERVED_TOKENS[UNK_ID] not in p for p in pieces)
+    assert sum(p.startswith(pp.WORDPIECE_JOINER) for row in pieces for p in row) > 20
+    detokenized = [s.decode() for s in pp.detokenize(tf.ragged.constant(pieces)).numpy()]
+    assert detokenized == ROUND_TRIPS
+
+
+def test_elided_words_get_the_pieces_of_the_bare_word(joint_output):
+    elided, bare = _french_pieces(joint_output, ["L'homme", "homme"])
+    assert elided[-len(bare):] == bare and "".join(elided[:-len(bare)]) == "L##'"
+
+
+def test_joint_vocabulary_is_one_file_with_one_id_per_piece(joint_output):
+    assert pp.shares_vocabulary(joint_output)
+    assert joint_output.vocabulary_file_by_name(pp.SOURCE_VOCAB).endswith(pp.JOINT_VOCAB)
+    english = joint_output.transform_features_layer()(
+        {"english": tf.constant([["Tom at 5:30"]])})[pp.SOURCE_IDS].to_list()[0]
+    tokens = [t.encode() for t in pp.RESERVED_TOKENS] + \
+        joint_output.vocabulary_by_name(pp.TARGET_VOCAB)
+    assert b"".join(tokens[i].replace(b"##", b"") for i in english) == b"Tomat5:30"
+
+
+def test_separate_vocabularies_are_not_shared():
+    raw = [{"english": ["Tom is here."], "french": ["Tom est ici."]}] * 3
+    assert not pp.shares_vocabulary(_analyze(raw, {"vocab_size": 100}))
+
+
+def test_wordpiece_min_count_lets_rarer_pieces_in():
+    counts = collections.Counter({b"maison": 4, b"maisons": 3, b"chat": 12, b"chats": 11})
+    default = pp.learn_wordpiece(counts, 1000)
+    lower = pp.learn_wordpiece(counts, 1000, min_count=3)
+    assert "chat" in default and "maison" not in default
+    assert "maison" in lower and set(default) < set(lower)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"whole_numbers": "yes"}, "whole_numbers must be true or false, got 'yes'"),
+    ({"split_elisions": 1}, "split_elisions must be true or false"),
+    ({"wordpiece_min_count": 0}, "wordpiece_min_count must be a positive integer, got 0"),
+    ({"vocab_size": 2.5}, "vocab_size must be a positive integer"),
+    ({"tokenizer": "bpe"}, "unknown tokenizer 'bpe'"),
+])
+def test_bad_settings_are_refused(config, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pp.TransformSettings.from_config({"code_version": "abc", **config})

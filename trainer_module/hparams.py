@@ -17,6 +17,11 @@ END_ID = 3
 # "wordpiece" (subwords learned from the training words: rare words are spelled from pieces).
 TOKENIZERS = ("wordpiece", "word")
 DEFAULT_TOKENIZER = "wordpiece"
+# Transform's other tokenization defaults (preprocessing.TransformSettings; BENCHMARKS.md):
+DEFAULT_WHOLE_NUMBERS = True  # 3,50 and 5:30 stay one word: numbers detokenize unchanged
+DEFAULT_SPLIT_ELISIONS = False  # French l'homme -> l' homme
+DEFAULT_JOINT_VOCABULARY = False  # one vocabulary for both languages, tied embeddings
+DEFAULT_WORDPIECE_MIN_COUNT = 10  # the WordPiece learner keeps no rarer piece (tf-text's default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +59,8 @@ class HParams:
     # Filled in at training time from the vocabulary files, see `with_vocab_sizes`.
     source_vocab_size: int = 0
     target_vocab_size: int = 0
+    # One joint vocabulary (Transform's joint_vocabulary): the source embedding is the target's.
+    shared_embeddings: bool = False
 
     # Accelerators.
     mixed_precision: bool = False  # mixed_float16: float16 compute, float32 variables/softmax
@@ -78,11 +85,17 @@ class HParams:
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
         if self.beam_width < 1:
             raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
+        if self.shared_embeddings and self.source_vocab_size != self.target_vocab_size:
+            raise ValueError(f"shared_embeddings needs one vocabulary for both sides, got sizes "
+                             f"{self.source_vocab_size} and {self.target_vocab_size}")
 
-    def with_vocab_sizes(self, source_vocab_size: int, target_vocab_size: int) -> HParams:
-        """A copy with the vocabulary sizes known only once the vocab files exist."""
+    def with_vocab_sizes(self, source_vocab_size: int, target_vocab_size: int,
+                         shared: bool = False) -> HParams:
+        """A copy with the vocabulary sizes (and whether it is one joint vocabulary) known only
+        once the vocab files exist."""
         return dataclasses.replace(
-            self, source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size)
+            self, source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size,
+            shared_embeddings=shared)
 
 
 PROFILES: dict[str, HParams] = {

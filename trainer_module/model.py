@@ -279,10 +279,15 @@ class Transformer(keras.Model):
         self.hparams = hparams
         layer_args = dict(d_model=hparams.d_model, num_heads=hparams.num_heads, dff=hparams.dff,
                           dropout_rate=hparams.dropout_rate, dtype=policy)
-        self.source_embedding = TokenEmbedding(
-            hparams.source_vocab_size, hparams.d_model, name="source_embedding", dtype=policy)
-        self.target_embedding = TokenEmbedding(
-            hparams.target_vocab_size, hparams.d_model, name="target_embedding", dtype=policy)
+        if hparams.shared_embeddings:  # one joint vocabulary: one matrix for source, target
+            # (and, tied, output) tokens, so names, numbers and cognates learn from both sides
+            self.source_embedding = self.target_embedding = TokenEmbedding(
+                hparams.target_vocab_size, hparams.d_model, name="shared_embedding", dtype=policy)
+        else:
+            self.source_embedding = TokenEmbedding(
+                hparams.source_vocab_size, hparams.d_model, name="source_embedding", dtype=policy)
+            self.target_embedding = TokenEmbedding(
+                hparams.target_vocab_size, hparams.d_model, name="target_embedding", dtype=policy)
         self.embedding_dropout = keras.layers.Dropout(hparams.dropout_rate, dtype=policy)
         self.encoder_layers = [EncoderLayer(name=f"encoder_{i}", **layer_args)
                                for i in range(hparams.num_layers)]

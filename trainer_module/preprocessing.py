@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -21,8 +22,10 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as wordpiece
 
-from trainer_module.hparams import (DEFAULT_TOKENIZER, END_ID, PAD_ID, START_ID, TOKENIZERS,
-                                    UNK_ID)
+from trainer_module.hparams import (DEFAULT_JOINT_VOCABULARY, DEFAULT_SPLIT_ELISIONS,
+                                    DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
+                                    DEFAULT_WORDPIECE_MIN_COUNT, END_ID, PAD_ID, START_ID,
+                                    TOKENIZERS, UNK_ID)
 
 _LOG = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ ENGLISH, FRENCH = "english", "french"
 SOURCE_IDS, TARGET_IDS = "source_ids", "target_ids"
 LENGTH_BUCKET = "english_length_bucket"
 SOURCE_VOCAB, TARGET_VOCAB = "english_vocab", "french_vocab"
+JOINT_VOCAB = "joint_vocab"  # one file for both languages; the two names above point to it
 
 RESERVED_TOKENS = ("[pad]", "[UNK]", "[start]", "[end]")
 assert [RESERVED_TOKENS.index(t) for t in RESERVED_TOKENS] == [PAD_ID, UNK_ID, START_ID, END_ID]
@@ -44,28 +48,91 @@ WORDPIECE_JOINER = "##"  # marks a piece that continues a word
 
 _WORD = r"\pL\pN\pM_"  # RE2's \w is ASCII-only: use Unicode letter/number/mark classes
 _EDGE_MARKS = "'’-"  # kept inside words (aujourd'hui, peut-être), split at token edges
+# Between two digits these stay inside the number (3,50  5:30  10.5  12/05/2020), so the number
+# is one word that detokenizes unchanged; elsewhere they are punctuation and split off.
+_NUMBER_SEPARATORS = ".,:/"
+# A private-use character (input ones are deleted first) that brackets a separator inside a
+# number while punctuation is split off: RE2 has no lookaround to say "between two digits".
+_NUMBER_MARK = "\ue000"
+# French elided articles, pronouns and conjunctions: "l'homme" -> "l'" "homme" (split_elisions).
+_ELISIONS = ("l", "d", "j", "qu", "n", "s", "c", "m", "t", "jusqu", "lorsqu", "puisqu")
+_ELISION = rf"(?i)(^|\s)((?:{'|'.join(_ELISIONS)})['’])"
 
 
-def normalize(sentences: tf.Tensor) -> tf.Tensor:
+@dataclasses.dataclass(frozen=True)
+class TransformSettings:
+    """Transform's custom_config (same keys), checked so that a bad value fails with one line.
+
+    whole_numbers: 3,50 / 5:30 / 10.5 stay one word (else the separators are split off and come
+    back spaced: "3, 50"). split_elisions: French "l'homme" becomes "l'" "homme", so "homme"
+    is one vocabulary entry whatever precedes it; `detokenize` rejoins them. joint_vocabulary:
+    one vocabulary learned from both languages (the Trainer then ties the embeddings, see
+    `shares_vocabulary`). wordpiece_min_count: the WordPiece learner keeps no piece seen fewer
+    times (tensorflow-text's default 10 stops English at ~4,200 pieces, below vocab_size).
+    """
+    tokenizer: str = DEFAULT_TOKENIZER
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    frequency_threshold: int = DEFAULT_FREQUENCY_THRESHOLD
+    whole_numbers: bool = DEFAULT_WHOLE_NUMBERS
+    split_elisions: bool = DEFAULT_SPLIT_ELISIONS
+    joint_vocabulary: bool = DEFAULT_JOINT_VOCABULARY
+    wordpiece_min_count: int = DEFAULT_WORDPIECE_MIN_COUNT
+
+    def __post_init__(self) -> None:
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(
+                f"unknown tokenizer {self.tokenizer!r}; valid: {', '.join(TOKENIZERS)}")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.type == "bool" and not isinstance(value, bool):
+                raise ValueError(f"Transform setting {field.name} must be true or false, "
+                                 f"got {value!r}")
+            if field.type == "int" and (isinstance(value, bool) or not isinstance(value, int)
+                                        or value < 1):
+                raise ValueError(f"Transform setting {field.name} must be a positive integer, "
+                                 f"got {value!r}")
+
+    @classmethod
+    def from_config(cls, custom_config: dict[str, Any] | None) -> TransformSettings:
+        """Known keys of a custom_config (others, e.g. code_version, are not settings)."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (custom_config or {}).items() if k in names})
+
+
+def normalize(sentences: tf.Tensor, whole_numbers: bool = DEFAULT_WHOLE_NUMBERS,
+              split_elisions: bool = False) -> tf.Tensor:
     """NFKC, control and format characters removed, punctuation split off words, whitespace collapsed;
-    case kept.
+    case kept. Numbers keep their inner separators (`whole_numbers`); French elisions are split
+    off the next word (`split_elisions`).
 
     RE2 has no lookaround, so "apostrophe/hyphen not followed by a word character" is
     written as explicit token-edge rules.
     """
     x = text.normalize_utf8(sentences, "NFKC")  # also maps (narrow) no-break spaces to spaces
     x = tf.strings.regex_replace(x, r"\p{Cc}", " ")  # control characters separate words
-    x = tf.strings.regex_replace(x, r"\p{Cf}", "")  # zero-width/format characters vanish
-    x = tf.strings.regex_replace(x, rf"([^{_WORD}\s{_EDGE_MARKS}])", r" \1 ")
+    x = tf.strings.regex_replace(x, r"[\p{Cf}\p{Co}]", "")  # format/private-use chars vanish
+    keep = _EDGE_MARKS  # ends with "-": anything appended would make a range of the class
+    if whole_numbers:
+        keep = _NUMBER_MARK + keep
+        for _ in range(2):  # matches cannot overlap: the 2nd comma of "1,2,3" needs a 2nd pass
+            x = tf.strings.regex_replace(
+                x, rf"(\pN)([{_NUMBER_SEPARATORS}])(\pN)", rf"\1{_NUMBER_MARK}\2{_NUMBER_MARK}\3")
+    x = tf.strings.regex_replace(x, rf"([^{_WORD}\s{keep}])", r" \1 ")
+    if whole_numbers:
+        x = tf.strings.regex_replace(
+            x, rf"{_NUMBER_MARK} ([{_NUMBER_SEPARATORS}]) {_NUMBER_MARK}", r"\1")
     x = tf.strings.regex_replace(x, rf"(^|\s)([{_EDGE_MARKS}]+)", r"\1\2 ")
     x = tf.strings.regex_replace(x, rf"([{_EDGE_MARKS}]+)(\s|$)", r" \1\2")
+    if split_elisions:  # after the edge rules: only "l'" followed by a word character is left
+        x = tf.strings.regex_replace(x, _ELISION + rf"([{_WORD}])", r"\1\2 \3")
     x = tf.strings.regex_replace(x, r"\s+", " ")
     return tf.strings.strip(x)
 
 
-def tokenize(sentences: tf.Tensor) -> tf.RaggedTensor:
+def tokenize(sentences: tf.Tensor, whole_numbers: bool = DEFAULT_WHOLE_NUMBERS,
+             split_elisions: bool = False) -> tf.RaggedTensor:
     """[...] strings -> [..., (tokens)] words after `normalize`."""
-    return tf.strings.split(normalize(sentences))
+    return tf.strings.split(normalize(sentences, whole_numbers, split_elisions))
 
 
 def length_bucket(sentences: tf.Tensor) -> tf.Tensor:
@@ -77,24 +144,26 @@ def length_bucket(sentences: tf.Tensor) -> tf.Tensor:
     return bucket
 
 
-def _ids(words: tf.RaggedTensor, vocab_name: str, custom_config: dict[str, Any]
+def _vocabulary(words: list[tf.RaggedTensor], vocab_name: str,
+                settings: TransformSettings) -> tf.Tensor:
+    """The vocabulary file (a Transform asset) learned from every word of `words`."""
+    flat = tf.concat([w.flat_values for w in words], axis=0)
+    if settings.tokenizer == "wordpiece":
+        return wordpiece_vocabulary(flat, settings.vocab_size, vocab_name,
+                                    settings.wordpiece_min_count)
+    return tft.vocabulary(flat, top_k=settings.vocab_size, vocab_filename=vocab_name,
+                          frequency_threshold=settings.frequency_threshold)
+
+
+def _ids(words: tf.RaggedTensor, vocab: tf.Tensor, settings: TransformSettings
          ) -> tf.RaggedTensor:
     """Words -> ids of the learned vocabulary (most frequent first) shifted past the reserved
     ids; anything not in the vocabulary -> [UNK]. With wordpiece, each word becomes one or more
     pieces, so the innermost ragged dimension counts pieces instead of words."""
-    size = int(custom_config.get("vocab_size", DEFAULT_VOCAB_SIZE))
-    tokenizer = custom_config.get("tokenizer", DEFAULT_TOKENIZER)
-    if tokenizer == "wordpiece":
-        vocab = wordpiece_vocabulary(words, size, vocab_name)
+    if settings.tokenizer == "wordpiece":
         index = tft.apply_vocabulary(words, vocab, lookup_fn=_wordpiece_lookup)
-    elif tokenizer == "word":
-        vocab = tft.vocabulary(
-            words, top_k=size, vocab_filename=vocab_name,
-            frequency_threshold=int(custom_config.get("frequency_threshold",
-                                                      DEFAULT_FREQUENCY_THRESHOLD)))
-        index = tft.apply_vocabulary(words, vocab, default_value=-1)
     else:
-        raise ValueError(f"unknown tokenizer {tokenizer!r}; valid: {', '.join(TOKENIZERS)}")
+        index = tft.apply_vocabulary(words, vocab, default_value=-1)
     return tf.ragged.map_flat_values(
         lambda i: tf.where(i < 0, tf.cast(UNK_ID, i.dtype), i + len(RESERVED_TOKENS)), index)
 
@@ -118,12 +187,13 @@ def _wordpiece_lookup(words: tf.RaggedTensor, vocab_file: tf.Tensor
     return tokenizer.tokenize(words).merge_dims(-2, -1), table.size()
 
 
-def wordpiece_vocabulary(words: tf.RaggedTensor, vocab_size: int, vocab_name: str) -> tf.Tensor:
-    """A custom Transform analyzer: counts every word of the data set, learns a WordPiece
+def wordpiece_vocabulary(words: tf.Tensor, vocab_size: int, vocab_name: str,
+                         min_count: int = DEFAULT_WORDPIECE_MIN_COUNT) -> tf.Tensor:
+    """A custom Transform analyzer: counts every word [N] of the data set, learns a WordPiece
     vocabulary of at most `vocab_size` pieces from the counts (tensorflow-text's learner, the
     one BERT's vocabularies come from) and returns the path of the vocab file (an asset)."""
     (path,) = tft.experimental.ptransform_analyzer(
-        inputs=[words.flat_values], ptransform=_LearnWordpiece(vocab_size, vocab_name),
+        inputs=[words], ptransform=_LearnWordpiece(vocab_size, vocab_name, min_count),
         output_dtypes=[tf.string], output_shapes=[[]],
         output_asset_default_values=[b"[UNK]"], name=f"{vocab_name}_wordpiece")
     return path
@@ -132,9 +202,9 @@ def wordpiece_vocabulary(words: tf.RaggedTensor, vocab_size: int, vocab_name: st
 class _LearnWordpiece(tft_beam.experimental.PTransformAnalyzer):
     """PCollection of [words] batches -> one element: the learned vocabulary file's path."""
 
-    def __init__(self, vocab_size: int, vocab_name: str) -> None:
+    def __init__(self, vocab_size: int, vocab_name: str, min_count: int) -> None:
         super().__init__()
-        self.vocab_size, self.vocab_name = vocab_size, vocab_name
+        self.vocab_size, self.vocab_name, self.min_count = vocab_size, vocab_name, min_count
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
         return (batches
@@ -144,7 +214,7 @@ class _LearnWordpiece(tft_beam.experimental.PTransformAnalyzer):
 
     def _learn(self, counts: collections.Counter) -> np.ndarray:
         start = time.monotonic()
-        pieces = learn_wordpiece(counts, self.vocab_size)
+        pieces = learn_wordpiece(counts, self.vocab_size, self.min_count)
         _LOG.info("Learned %s: %d WordPiece pieces from %d distinct words in %.0f s.",
                   self.vocab_name, len(pieces), len(counts), time.monotonic() - start)
         tf.io.gfile.makedirs(self.base_temp_dir)
@@ -161,12 +231,15 @@ def _merge_counters(counters: Iterable[collections.Counter]) -> collections.Coun
     return total
 
 
-def learn_wordpiece(counts: collections.Counter, vocab_size: int) -> list[str]:
+def learn_wordpiece(counts: collections.Counter, vocab_size: int,
+                    min_count: int = DEFAULT_WORDPIECE_MIN_COUNT) -> list[str]:
     """Word (bytes) counts -> at most `vocab_size` pieces: every character seen (alone and as a
-    "##" continuation) plus the most useful longer pieces, so any word made of seen characters
-    can be spelled. The reserved tokens are not in the file (ids put them first)."""
+    "##" continuation) plus the most useful longer pieces seen at least `min_count` times, so any
+    word made of seen characters can be spelled. The reserved tokens are not in the file (ids
+    put them first)."""
     words = [(w.decode(), c) for w, c in counts.items() if w]
-    return wordpiece.learn(words, vocab_size, reserved_tokens=[], joiner=WORDPIECE_JOINER)
+    return wordpiece.learn(words, vocab_size, reserved_tokens=[], lower_thresh=min_count,
+                           joiner=WORDPIECE_JOINER)
 
 
 def preprocessing_fn(inputs: dict[str, Any], custom_config: dict[str, Any] | None = None
@@ -174,18 +247,34 @@ def preprocessing_fn(inputs: dict[str, Any], custom_config: dict[str, Any] | Non
     """english [B] -> source_ids [B, (S)]; french [B, (R)] -> target_ids [B, (R), (T)].
 
     Each example keeps all its French references (ragged); the Trainer expands them into one
-    training pair per reference.
+    training pair per reference. custom_config: `TransformSettings`.
     """
-    custom_config = custom_config or {}
+    settings = TransformSettings.from_config(custom_config)
     english = tf.reshape(_dense(inputs[ENGLISH]), [-1])
-    outputs = {
-        SOURCE_IDS: _ids(tokenize(english), SOURCE_VOCAB, custom_config),
-        LENGTH_BUCKET: length_bucket(english),
-    }
+    source_words = tokenize(english, settings.whole_numbers)
+    words = {SOURCE_VOCAB: source_words}
     if FRENCH in inputs:  # absent at serving time: only English comes in
-        references = _ragged(inputs[FRENCH])  # [B, (R)]
-        outputs[TARGET_IDS] = _ids(tokenize(references), TARGET_VOCAB, custom_config)
+        words[TARGET_VOCAB] = tokenize(_ragged(inputs[FRENCH]), settings.whole_numbers,
+                                       settings.split_elisions)  # [B, (R), (W)]
+    if settings.joint_vocabulary:
+        joint = _vocabulary(list(words.values()), JOINT_VOCAB, settings)
+        for name in (SOURCE_VOCAB, TARGET_VOCAB):  # so each side finds it under its own name
+            tft.annotate_asset(name, JOINT_VOCAB)
+        vocabs = {name: joint for name in words}
+    else:
+        vocabs = {name: _vocabulary([w], name, settings) for name, w in words.items()}
+    outputs = {SOURCE_IDS: _ids(source_words, vocabs[SOURCE_VOCAB], settings),
+               LENGTH_BUCKET: length_bucket(english)}
+    if TARGET_VOCAB in words:
+        outputs[TARGET_IDS] = _ids(words[TARGET_VOCAB], vocabs[TARGET_VOCAB], settings)
     return outputs
+
+
+def shares_vocabulary(tf_transform_output: tft.TFTransformOutput) -> bool:
+    """Whether Transform learned one joint vocabulary (joint_vocabulary): the same ids mean the
+    same pieces on both sides, so the Trainer ties the source and target embeddings."""
+    return (tf_transform_output.vocabulary_file_by_name(SOURCE_VOCAB)
+            == tf_transform_output.vocabulary_file_by_name(TARGET_VOCAB))
 
 
 def _dense(x) -> tf.Tensor:
@@ -206,12 +295,14 @@ def _ragged(x) -> tf.RaggedTensor:
 
 def detokenize(tokens: tf.RaggedTensor) -> tf.Tensor:
     """[B, (T)] French tokens -> [B] sentences: the inverse of wordpiece and `normalize`'s
-    splitting (`normalize` never makes a word that starts with "#", so "##" is unambiguous).
+    splitting (`normalize` never makes a word that starts with "#", so "##" is unambiguous, nor
+    one that ends with an apostrophe unless it split an elision, so "l' homme" is "l'homme").
 
     Spaces go back only where French typography has none (before . , ) and after ( );
     French keeps its space before ! ? : ; and inside « ».
     """
     x = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
     x = tf.strings.regex_replace(x, " " + WORDPIECE_JOINER, "")  # rejoin WordPiece continuations
+    x = tf.strings.regex_replace(x, _ELISION + " ", r"\1\2")
     x = tf.strings.regex_replace(x, r" ([.,)\]}…])", r"\1")
     return tf.strings.regex_replace(x, r"([(\[{]) ", r"\1")
