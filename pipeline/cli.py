@@ -33,6 +33,12 @@ def _split_percentages(text: str) -> tuple[int, int, int]:
     return parts
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def _add_run_parser(subparsers) -> None:
     run = subparsers.add_parser("run", help="run the pipeline locally (LocalDagRunner)")
     run.add_argument("--data", help="path of fra.txt (default: $FRA_TXT, else download)")
@@ -56,6 +62,23 @@ def _add_run_parser(subparsers) -> None:
                           "words, rare ones become [UNK] (the seeds')")
     run.add_argument("--vocab-size", type=int, default=config_lib.PipelineConfig.vocab_size,
                      help="pieces (or words) per language learned by Transform")
+    defaults = config_lib.PipelineConfig
+    run.add_argument("--whole-numbers", action=argparse.BooleanOptionalAction,
+                     default=defaults.whole_numbers,
+                     help="keep separators inside numbers (3,50 5:30 10.5) so translations "
+                          "show them unchanged (default); --no-whole-numbers splits them off")
+    run.add_argument("--split-elisions", action=argparse.BooleanOptionalAction,
+                     default=defaults.split_elisions,
+                     help="split French elisions off the next word (l'homme -> l' homme; "
+                          "rejoined in translations)")
+    run.add_argument("--joint-vocab", dest="joint_vocabulary",
+                     action=argparse.BooleanOptionalAction, default=defaults.joint_vocabulary,
+                     help="one vocabulary for English and French (--vocab-size pieces in all), "
+                          "source/target/output embeddings tied")
+    run.add_argument("--wordpiece-min-count", type=_positive_int,
+                     default=defaults.wordpiece_min_count,
+                     help="the WordPiece learner keeps no piece seen fewer times (default "
+                          f"{defaults.wordpiece_min_count})")
     run.add_argument("--max-train-seconds", type=float, default=None,
                      help="stop training after this many seconds (same-time comparisons)")
     run.add_argument("--train-steps", type=int, default=None,
@@ -85,6 +108,8 @@ def _run(args: argparse.Namespace) -> int:
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
         profile=args.profile, train_steps=args.train_steps, min_bleu=args.min_bleu,
         tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_train_seconds=args.max_train_seconds,
+        whole_numbers=args.whole_numbers, split_elisions=args.split_elisions,
+        joint_vocabulary=args.joint_vocabulary, wordpiece_min_count=args.wordpiece_min_count,
         max_metric_drop=args.max_metric_drop,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)

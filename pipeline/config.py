@@ -8,7 +8,9 @@ from typing import Any
 from components.fra_example_gen import parser
 from pipeline.code_version import code_version
 from schemas import SCHEMA_FILE
-from trainer_module.hparams import DEFAULT_TOKENIZER
+from trainer_module.hparams import (DEFAULT_JOINT_VOCABULARY, DEFAULT_SPLIT_ELISIONS,
+                                    DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
+                                    DEFAULT_WORDPIECE_MIN_COUNT)
 
 PIPELINE_NAME = "nmt-fra-eng"
 PIPELINE_ROOT_ENV = "NMT_PIPELINE_ROOT"
@@ -41,6 +43,10 @@ class PipelineConfig:
     tokenizer: str = DEFAULT_TOKENIZER  # "wordpiece" (subwords) or "word" (the seeds')
     vocab_size: int = 8000  # pieces (or words) per language, plus 4 reserved tokens
     vocab_frequency_threshold: int = 2  # word tokenizer: rarer words become [UNK]
+    whole_numbers: bool = DEFAULT_WHOLE_NUMBERS  # 3,50 / 5:30 stay one word (else "3, 50")
+    split_elisions: bool = DEFAULT_SPLIT_ELISIONS  # French l'homme -> l' homme
+    joint_vocabulary: bool = DEFAULT_JOINT_VOCABULARY  # one vocabulary, tied embeddings
+    wordpiece_min_count: int = DEFAULT_WORDPIECE_MIN_COUNT  # rarer pieces are not learned
     train_steps: int | None = None  # None: the profile's
     max_train_seconds: float | None = None  # stop training after this long (benchmarks)
     min_bleu: float | None = None  # None: MIN_BLEU[profile]
@@ -91,6 +97,10 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         max_line_bytes=config.max_line_bytes,
         transform_config={"tokenizer": config.tokenizer, "vocab_size": config.vocab_size,
                           "frequency_threshold": config.vocab_frequency_threshold,
+                          "whole_numbers": config.whole_numbers,
+                          "split_elisions": config.split_elisions,
+                          "joint_vocabulary": config.joint_vocabulary,
+                          "wordpiece_min_count": config.wordpiece_min_count,
                           "code_version": code_version()},
         train_args=tfx.proto.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config={"profile": config.profile, "checkpoint_root": config.checkpoint_root,
