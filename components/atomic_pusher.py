@@ -1,15 +1,26 @@
 """Pusher that publishes each blessed model atomically under an increasing integer version.
 
 TFX's Pusher copies straight into `<base>/<unix time>/`, so a model server scanning the base
-directory can see a half-copied version. This one copies into a hidden temporary directory
-(TF Serving ignores non-numeric names) and renames it into place, so a version directory
-either does not exist or is complete: `<base>/<version>/saved_model.pb` + `variables/`.
+directory can see a half-copied version, and two pushers in the same second pick the same
+directory. This one never shows a reader half a model:
+
+- On a local or mounted filesystem it copies into a hidden staging directory (TF Serving
+  ignores non-numeric names) and renames it to `<base>/<version>`. rename(2) refuses a
+  non-empty target, so a pusher that loses a race for a version number takes the next one.
+- On object stores (gs://, s3://, any `scheme://`) a rename is a copy then a delete, not atomic.
+  There the files go straight to `<base>/<version>/`, `saved_model.pb` last; a version counts
+  as pushed only once its `saved_model.pb` exists, so a reader that lists versions with
+  `pushed_versions` never sees one without every file.
+
+A failed push (e.g. a full disk) removes what it wrote.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
+import uuid
 
 from tfx.components import Pusher
 from tfx.components.pusher import executor as tfx_executor
@@ -20,29 +31,80 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
 _LOG = logging.getLogger(__name__)
+SAVED_MODEL = "saved_model.pb"  # written last on object stores: a version's "complete" mark
 
 
-def pushed_versions(base_directory: str) -> list[int]:
-    """Integer version directories under `base_directory`, ascending."""
+def is_object_store(path: str) -> bool:
+    """gs://, s3:// and other `scheme://` paths, where a rename is not atomic."""
+    return "://" in path
+
+
+def _version_names(base_directory: str) -> list[int]:
+    """Every integer-named entry, complete or still being written."""
     if not fileio.exists(base_directory):
         return []
     return sorted(int(name.rstrip("/")) for name in fileio.listdir(base_directory)
                   if name.rstrip("/").isdigit())
 
 
+def pushed_versions(base_directory: str) -> list[int]:
+    """Complete versions under `base_directory` (those with a saved_model.pb), ascending.
+
+    Lists through TFX's filesystem layer: tf.io.gfile for gs://, s3://, hdfs:// and local paths.
+    """
+    return [v for v in _version_names(base_directory)
+            if fileio.exists(os.path.join(base_directory, str(v), SAVED_MODEL))]
+
+
 def next_version(base_directory: str) -> int:
-    """The Unix time, or one more than the newest version if that is not newer."""
-    return max([int(time.time())] + [v + 1 for v in pushed_versions(base_directory)])
+    """The Unix time, or one more than the newest version (complete or not) if that is newer."""
+    return max([int(time.time())] + [v + 1 for v in _version_names(base_directory)])
 
 
 def publish(model_path: str, base_directory: str) -> tuple[int, str]:
-    """Copies `model_path` to `<base>/<version>` atomically; returns (version, path)."""
+    """Copies `model_path` to `<base>/<version>` so that no reader sees it half-written;
+    returns (version, path)."""
     fileio.makedirs(base_directory)
+    if is_object_store(base_directory):
+        return _publish_saved_model_last(model_path, base_directory)
+    return _publish_by_rename(model_path, base_directory)
+
+
+def _publish_by_rename(model_path: str, base_directory: str) -> tuple[int, str]:
+    staging = os.path.join(base_directory, f".staging-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        io_utils.copy_dir(model_path, staging)
+        while True:
+            version = next_version(base_directory)
+            final = os.path.join(base_directory, str(version))
+            try:
+                os.rename(staging, final)  # fails if a concurrent pusher took this version
+                return version, final
+            except OSError as err:
+                if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                _LOG.info("Version %d was pushed by someone else meanwhile: taking the next.",
+                          version)
+    finally:
+        if fileio.exists(staging):
+            fileio.rmtree(staging)
+
+
+def _publish_saved_model_last(model_path: str, base_directory: str) -> tuple[int, str]:
     version = next_version(base_directory)
-    staging = os.path.join(base_directory, f".staging-{version}-{os.getpid()}")
-    io_utils.copy_dir(model_path, staging)
     final = os.path.join(base_directory, str(version))
-    fileio.rename(staging, final)
+    files = sorted((os.path.relpath(os.path.join(directory, name), model_path)
+                    for directory, _, names in fileio.walk(model_path) for name in names),
+                   key=lambda relative: (relative == SAVED_MODEL, relative))
+    try:
+        for relative in files:
+            target = os.path.join(final, relative)
+            fileio.makedirs(os.path.dirname(target))
+            fileio.copy(os.path.join(model_path, relative), target, overwrite=False)
+    except BaseException:
+        if fileio.exists(final):
+            fileio.rmtree(final)
+        raise
     return version, final
 
 
@@ -59,8 +121,8 @@ class _Executor(tfx_executor.Executor):
         proto_utils.json_to_proto(
             exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination)
         model_path = self.GetModelPath(input_dict)
+        io_utils.copy_dir(model_path, model_push.uri)  # first: TFX removes it if Do fails
         version, path = publish(model_path, destination.filesystem.base_directory)
-        io_utils.copy_dir(model_path, model_push.uri)
         self._MarkPushed(model_push, pushed_destination=path, pushed_version=str(version))
         _LOG.info("Pushed the blessed model as version %d: %s", version, path)
 

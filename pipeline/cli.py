@@ -16,7 +16,8 @@ import warnings
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
 
 from pipeline import config as config_lib
-from pipeline import data_source, logs
+from components.fra_example_gen import parser
+from pipeline import data_source, logs, run_lock
 from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.metadata_cli import add_metadata_parser, add_report_parser
 from pipeline.translate import TranslateError
@@ -48,7 +49,7 @@ def _add_run_parser(subparsers) -> None:
     run.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME)
     run.add_argument("--split", type=_split_percentages, default=(80, 10, 10),
                      help="train,eval,test percentages (default 80,10,10)")
-    run.add_argument("--max-line-bytes", type=int, default=config_lib.parser.DEFAULT_MAX_LINE_BYTES,
+    run.add_argument("--max-line-bytes", type=int, default=parser.DEFAULT_MAX_LINE_BYTES,
                      help="longer input lines are rejected and counted")
     run.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
                      help="Beam pipeline argument, repeatable (default: "
@@ -96,9 +97,6 @@ def _add_run_parser(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from components.strict_example_validator import DataValidationError  # heavy, as below
-    from pipeline import local_runner  # heavy (TFX, TF): only when needed
-
     data_path = data_source.resolve_data_path(args.data)
     kwargs = {}
     if args.pipeline_root:
@@ -114,8 +112,15 @@ def _run(args: argparse.Namespace) -> int:
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)
     try:
-        local_runner.run(config, args.to_component)
-    except DataValidationError as err:  # the schema's verdict, already worded for people
+        with run_lock.pipeline_root_lock(config.pipeline_root):  # refuses before loading TFX
+            from components.strict_example_validator import DataValidationError
+            from pipeline import local_runner
+
+            try:
+                local_runner.run(config, args.to_component)
+            except (DataValidationError, parser.InputDataError) as err:
+                raise run_lock.RunError(str(err)) from err
+    except run_lock.RunError as err:  # already worded for people: one line
         print(f"nmt: error: {err}", file=sys.stderr)
         return 1
     return 0
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.verbose)
     try:
         return args.handler(args)
-    except (data_source.DataSourceError, TranslateError) as err:
+    except (data_source.DataSourceError, parser.InputDataError, TranslateError) as err:
         print(f"nmt: error: {err}", file=sys.stderr)
         return 2
 

@@ -9,6 +9,8 @@ import urllib.error
 import urllib.request
 import zipfile
 
+from components.fra_example_gen import parser
+
 _LOG = logging.getLogger(__name__)
 
 FRA_TXT_ENV = "FRA_TXT"
@@ -42,9 +44,14 @@ def resolve_data_path(flag: str | None = None, cache_dir: str | None = None,
         if path:
             if "://" in path:  # gs://, s3://...: TFX's filesystem reads it at run time
                 return path
+            if os.path.isdir(path):
+                raise DataSourceError(f"{source} points to {path!r}, which is a directory; "
+                                      "pass the fra.txt file inside it.")
             if not os.path.isfile(path):
                 raise DataSourceError(f"{source} points to {path!r}, which is not a file; "
                                       f"{_HINT}.")
+            with open(path, "rb") as f:  # empty or compressed: say so before TFX starts
+                parser.check_file_start(path, f.read(8))
             return os.path.abspath(path)
     return download_fra_txt(cache_dir or default_cache_dir(),
                             url or os.environ.get(DATA_URL_ENV) or CANONICAL_URL, timeout_s)

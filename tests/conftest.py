@@ -1,4 +1,7 @@
-"""Shared fixtures: small samples of the real fra.txt (via $FRA_TXT) and pipeline helpers."""
+"""Shared fixtures (small samples of the real fra.txt via $FRA_TXT, the smoke pipeline root)
+and the one place where tests get their markers (see pytest.ini): by the fixtures they use,
+or by module, so `make test-fast` can leave out everything that runs a pipeline or a program
+outside the venv."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +12,38 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Re-exported: older test modules import these from conftest; new code imports helpers.
+from helpers import (REPO, SMOKE_TRAIN_STEPS, latest_artifact, open_store,  # noqa: F401
+                     run_nmt, run_nmt_peak_memory, run_nmt_with_file_size_limit, sample_lines,
+                     smoke_args)
+
+# A test using one of these fixtures (directly or through another fixture) gets the marker.
+FIXTURE_MARKERS = {
+    "smoke_run": "pipeline", "smoke_rerun": "pipeline", "nmt_pipeline": "pipeline",
+    "kfp": "pipeline",
+}
+# Tests that start a program outside the venv themselves (no fixture to hang the marker on).
+EXTERNAL_TESTS = {"test_report_renders_in_headless_chromium", "test_kfp_store_in_mysql_read_by_the_cli",
+                  "test_local_store_copied_into_mysql_gives_the_same_answers"}
+MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
+                  "test_distributed": "distributed"}
+# Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
+SLOW_FIXTURES = {"overfit"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        names = {FIXTURE_MARKERS[f] for f in fixtures & FIXTURE_MARKERS.keys()}
+        if fixtures & SLOW_FIXTURES:
+            names.add("slow")
+        if getattr(item, "originalname", item.name) in EXTERNAL_TESTS:
+            names.add("external")
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        names |= {marker for prefix, marker in MODULE_MARKERS.items()
+                  if module.startswith(prefix)}
+        for name in sorted(names):
+            item.add_marker(name)
 
 
 @pytest.fixture(scope="session")
@@ -22,13 +56,6 @@ def fra_txt() -> str:
     return os.path.abspath(path)
 
 
-def sample_lines(path: str, block: int = 100, every: int = 50) -> list[bytes]:
-    """Contiguous blocks of lines spread over the file, so sentences keep all references."""
-    with open(path, "rb") as f:
-        lines = f.readlines()
-    return [line for i, line in enumerate(lines) if (i // block) % every == 0]
-
-
 @pytest.fixture(scope="session")
 def fra_sample(fra_txt, tmp_path_factory) -> str:
     """About 3,400 lines of the real file, in a directory of its own."""
@@ -37,28 +64,23 @@ def fra_sample(fra_txt, tmp_path_factory) -> str:
     return str(path)
 
 
-def run_nmt(*args: str, env: dict | None = None, timeout: float = 900,
-            **kwargs) -> subprocess.CompletedProcess:
-    """Runs the `nmt` CLI in a fresh process, as a user would."""
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO,
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+class NmtRun:
+    """`nmt run ARGS` in a fresh process: plain, on a "full disk", or measuring memory."""
+
+    def __call__(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        return run_nmt("run", *args, **kwargs)
+
+    def file_size_limit(self, limit_bytes: int, *args: str) -> subprocess.CompletedProcess:
+        return run_nmt_with_file_size_limit(limit_bytes, "run", *args)
+
+    def peak_memory(self, *args: str) -> tuple[subprocess.CompletedProcess, int]:
+        return run_nmt_peak_memory("run", *args)
 
 
-def open_store(pipeline_root: str):
-    import ml_metadata as mlmd
-    from ml_metadata.proto import metadata_store_pb2
-
-    config = metadata_store_pb2.ConnectionConfig()
-    config.sqlite.filename_uri = os.path.join(pipeline_root, "metadata.sqlite")
-    return mlmd.MetadataStore(config)
-
-
-def latest_artifact(store, type_name: str, producer: str | None = None):
-    """The newest artifact of a type, optionally only those written by one component."""
-    artifacts = [a for a in store.get_artifacts_by_type(type_name)
-                 if producer is None or f"/{producer}/" in a.uri]
-    return max(artifacts, key=lambda a: a.id)
+@pytest.fixture(scope="session")
+def nmt_pipeline() -> NmtRun:
+    """Runs the pipeline the way a user does; using it marks a test `pipeline`."""
+    return NmtRun()
 
 
 @dataclasses.dataclass
@@ -69,15 +91,8 @@ class SmokeRun:
     log: str  # the re-run that resumed training and pushed
     examples_uri: str
     evaluation_uri: str
+    model_run_uri: str
     pushed_version: str
-
-
-SMOKE_TRAIN_STEPS = 200
-
-
-def smoke_args(fra_sample: str, root: str, train_steps: int) -> list[str]:
-    return ["run", "--data", fra_sample, "--pipeline-root", root, "--profile", "smoke",
-            "--train-steps", str(train_steps)]
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +116,7 @@ def smoke_run(fra_sample, tmp_path_factory) -> SmokeRun:
         root=root, killed_log="".join(killed_log), log=resumed.stderr,
         examples_uri=latest_artifact(store, "Examples", "FraTxtExampleGen").uri,
         evaluation_uri=latest_artifact(store, "ModelEvaluation").uri,
+        model_run_uri=latest_artifact(store, "ModelRun").uri,
         pushed_version=latest_artifact(store, "PushedModel").custom_properties[
             "pushed_version"].string_value)
 

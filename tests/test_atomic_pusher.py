@@ -1,21 +1,16 @@
-"""Pusher's publishing: integer versions that only increase, never a half-written one."""
+"""Pusher's publishing: integer versions that only increase, never a half-written one.
+Racing pushers, failed copies and object stores: test_faults.py."""
 from __future__ import annotations
 
 import os
 import time
 
 from components import atomic_pusher
-
-
-def make_model(path) -> str:
-    (path / "variables").mkdir(parents=True)
-    (path / "variables" / "variables.index").write_bytes(b"index")
-    (path / "saved_model.pb").write_bytes(b"graph")
-    return str(path)
+from helpers import make_model_dir
 
 
 def test_versions_increase_even_within_one_second(tmp_path):
-    model = make_model(tmp_path / "model")
+    model = make_model_dir(tmp_path / "model")
     base = str(tmp_path / "serving")
     first, path = atomic_pusher.publish(model, base)
     second, _ = atomic_pusher.publish(model, base)
@@ -28,9 +23,9 @@ def test_versions_increase_even_within_one_second(tmp_path):
 
 def test_a_newer_existing_version_is_respected(tmp_path):
     base = tmp_path / "serving"
-    (base / "9999999999").mkdir(parents=True)  # e.g. pushed by a clock that runs ahead
+    make_model_dir(base / "9999999999")  # e.g. pushed by a clock that runs ahead
     (base / "notes").mkdir()
-    version, _ = atomic_pusher.publish(make_model(tmp_path / "model"), str(base))
+    version, _ = atomic_pusher.publish(make_model_dir(tmp_path / "model"), str(base))
     assert version == 10_000_000_000
     assert atomic_pusher.pushed_versions(str(base)) == [9999999999, 10_000_000_000]
 
@@ -46,6 +41,6 @@ def test_readers_never_see_a_partial_version(tmp_path, monkeypatch):
         seen_during_copy.extend(atomic_pusher.pushed_versions(str(base)))
 
     monkeypatch.setattr(atomic_pusher.io_utils, "copy_dir", observing_copy)
-    version, _ = atomic_pusher.publish(make_model(tmp_path / "model"), str(base))
+    version, _ = atomic_pusher.publish(make_model_dir(tmp_path / "model"), str(base))
     assert seen_during_copy == []
     assert atomic_pusher.pushed_versions(str(base)) == [version]

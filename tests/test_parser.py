@@ -70,3 +70,40 @@ def test_reports_merge_like_one_pass():
     for line in lines[1::2]:
         right.add(line)
     assert right.merge(left).to_dict() == whole.to_dict()
+
+
+class Chunks:
+    """A binary stream that hands out at most `size` bytes per read, like a slow pipe."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self.data, self.size, self.at = data, size, 0
+
+    def read(self, n: int) -> bytes:
+        n = min(n, self.size)
+        self.at += n
+        return self.data[self.at - n:self.at]
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 4096])
+def test_streamed_lines_are_the_lines_whatever_the_block_size(block):
+    data = "\ufeffGo.\tVa !\r\n\nI'm OK.\tÇa va.\nno newline at the end\tfin".encode()
+    lines = list(parser.read_lines(Chunks(data, block), max_line_bytes=100, block_bytes=block))
+    assert lines == data.splitlines(keepends=True)
+
+
+def test_a_huge_line_is_cut_short_and_still_rejected_as_too_long():
+    huge = b"\xef\xbb\xbf" + b" " * 10_000 + b"x\tlong\r\n"  # BOM, blank start, CRLF
+    data = huge + b"Go.\tVa !\n" + b"y" * 5000
+    lines = list(parser.read_lines(Chunks(data, 1000), max_line_bytes=50, block_bytes=1000))
+    assert [len(line) for line in lines] == [56, 9, 56]  # never more than the limit + 6
+    parsed = list(parser.parse_lines(lines, max_line_bytes=50))
+    assert [p.reason for p in parsed] == [parser.TOO_LONG, None, parser.TOO_LONG]
+    assert parsed[1].english == "Go."
+
+
+def test_an_empty_or_compressed_file_is_refused_by_its_first_bytes():
+    with pytest.raises(parser.InputDataError, match="is empty"):
+        parser.check_file_start("in.txt", b"")
+    with pytest.raises(parser.InputDataError, match=r"is gzip-compressed.*gunzip -k in.txt"):
+        parser.check_file_start("in.txt", b"\x1f\x8b\x08\x00")
+    parser.check_file_start("in.txt", b"Go.\tVa")  # text passes

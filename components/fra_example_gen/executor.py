@@ -35,7 +35,13 @@ def _custom_config(exec_properties: dict[str, Any]) -> dict[str, Any]:
 def read_and_parse(path: str, max_line_bytes: int) -> Iterator[parser.ParsedLine]:
     """Streams one file's lines (binary, so bad bytes reach the parser) as ParsedLines."""
     with tf.io.gfile.GFile(path, "rb") as f:
-        yield from parser.parse_lines(f, max_line_bytes)
+        yield from parser.parse_lines(parser.read_lines(f, max_line_bytes), max_line_bytes)
+
+
+def check_input_file(path: str) -> None:
+    """Refuses an empty or compressed file (parser.InputDataError) before Beam starts."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        parser.check_file_start(path, f.read(8))
 
 
 def file_fingerprint(path: str) -> dict[str, Any]:
@@ -106,6 +112,7 @@ def _FraTxtToExample(pipeline: beam.Pipeline, exec_properties: dict[str, Any],
     if len(files) > 1:
         raise ValueError(f"Expected one fra.txt, found {len(files)} files matching "
                          f"{split_pattern!r} in {input_base!r}: {files}")
+    check_input_file(files[0])
     lines = (pipeline
              | "InputFile" >> beam.Create(files)
              | "ReadAndParse" >> beam.FlatMap(read_and_parse, max_line_bytes)
@@ -152,6 +159,10 @@ class Executor(BaseExampleGenExecutor):
             examples.set_string_custom_property(f"input_{key}", str(value))
         examples.set_string_custom_property("parse_report", json.dumps(report, sort_keys=True))
         _LOG.info("fra.txt ExampleGen: %s", summarize(report))
+        if not report["pairs_kept"]:  # TFX removes the empty splits when Do fails
+            raise parser.InputDataError(
+                f"No usable English<TAB>French line in {report['input']['path']}: "
+                f"{summarize(report)}")
 
 
 def summarize(report: dict[str, Any]) -> str:

@@ -7,25 +7,44 @@ runs the very same code.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 UTF8_BOM = b"\xef\xbb\xbf"
 DEFAULT_MAX_LINE_BYTES = 2048
+READ_BLOCK_BYTES = 1 << 20
+# What a compressed file starts with: fra.txt must be given as plain text.
+COMPRESSED_MAGIC = {b"\x1f\x8b": ("gzip", "gunzip -k"), b"PK\x03\x04": ("zip", "unzip")}
 
 # Why a line was rejected, in the order the checks run.
-BLANK_LINE = "blank_line"
 TOO_LONG = "too_long"
+BLANK_LINE = "blank_line"
 NUL_BYTE = "nul_byte"
 INVALID_UTF8 = "invalid_utf8"
 NO_TAB = "no_tab"
 TOO_MANY_COLUMNS = "too_many_columns"
 EMPTY_ENGLISH = "empty_english"
 EMPTY_FRENCH = "empty_french"
-REJECT_REASONS = (BLANK_LINE, TOO_LONG, NUL_BYTE, INVALID_UTF8, NO_TAB, TOO_MANY_COLUMNS,
+REJECT_REASONS = (TOO_LONG, BLANK_LINE, NUL_BYTE, INVALID_UTF8, NO_TAB, TOO_MANY_COLUMNS,
                   EMPTY_ENGLISH, EMPTY_FRENCH)
 
 # English<TAB>French, optionally followed by the attribution column of newer files.
 MIN_COLUMNS, MAX_COLUMNS = 2, 3
+
+
+class InputDataError(ValueError):
+    """The input cannot give any training data; the message names the file and the problem."""
+
+
+def check_file_start(path: str, head: bytes) -> None:
+    """Refuses an empty or compressed input from its first bytes, before any parsing."""
+    if not head:
+        raise InputDataError(f"The input file {path} is empty (0 bytes): expected "
+                             "English<TAB>French lines.")
+    for magic, (kind, command) in COMPRESSED_MAGIC.items():
+        if head.startswith(magic):
+            raise InputDataError(f"The input file {path} is {kind}-compressed, not text: "
+                                 f"extract fra.txt first (e.g. `{command} {path}`) and pass "
+                                 "that file.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,10 +66,10 @@ def parse_line(raw: bytes, line_number: int,
     line = raw.rstrip(b"\n").rstrip(b"\r")
     if line_number == 1 and line.startswith(UTF8_BOM):
         line = line[len(UTF8_BOM):]
+    if len(line) > max_line_bytes:  # first: read_lines only keeps the start of such a line
+        return ParsedLine(line_number, reason=TOO_LONG)
     if not line.strip():
         return ParsedLine(line_number, reason=BLANK_LINE)
-    if len(line) > max_line_bytes:
-        return ParsedLine(line_number, reason=TOO_LONG)
     if b"\x00" in line:
         return ParsedLine(line_number, reason=NUL_BYTE)
     try:
@@ -68,6 +87,32 @@ def parse_line(raw: bytes, line_number: int,
     if not french.strip():
         return ParsedLine(line_number, reason=EMPTY_FRENCH)
     return ParsedLine(line_number, english=english, french=french)
+
+
+def read_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+               block_bytes: int = READ_BLOCK_BYTES) -> Iterator[bytes]:
+    """The raw lines of a binary stream, read in blocks so that memory stays bounded.
+
+    A line longer than the limit is yielded cut to its first `max_line_bytes` + 6 bytes:
+    enough for `parse_line` to reject it as too long even after removing a BOM and a CR,
+    without ever holding a 2 GB line in memory.
+    """
+    room = max_line_bytes + len(UTF8_BOM) + len(b"\r\n") + 1
+    line = bytearray()
+    while block := stream.read(block_bytes):
+        start = 0
+        while True:
+            end = block.find(b"\n", start)
+            stop = len(block) if end < 0 else end + 1
+            if len(line) < room:
+                line += block[start:min(stop, start + room - len(line))]
+            if end < 0:
+                break
+            yield bytes(line)
+            line.clear()
+            start = stop
+    if line:
+        yield bytes(line)
 
 
 def parse_lines(lines: Iterable[bytes],
