@@ -50,6 +50,7 @@ class Package:
     path: str
     name: str
     parameter_types: Mapping[str, str]
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def read(cls, path: str) -> Package:
@@ -61,7 +62,9 @@ class Package:
                 spec = yaml.safe_load(f)
             parameters = spec["root"].get("inputDefinitions", {}).get("parameters", {})
             return cls(path, spec["pipelineInfo"]["name"],
-                       {name: p["parameterType"] for name, p in parameters.items()})
+                       {name: p["parameterType"] for name, p in parameters.items()},
+                       {name: p["defaultValue"] for name, p in parameters.items()
+                        if "defaultValue" in p})
         except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
             raise KfpError(f"cannot read the compiled pipeline {path!r}: {err}") from None
 
@@ -93,8 +96,21 @@ def kfp_cron(expression: str) -> str:
     return " ".join(["0", *fields])
 
 
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def parameter_values(package: Package, assignments: Sequence[str]) -> dict[str, Any]:
-    """NAME=VALUE strings typed as the pipeline declares them (KFP rejects "5" for an int)."""
+    """NAME=VALUE strings typed as the pipeline declares them (KFP rejects "5" for an int).
+
+    A parameter whose compiled default is a JSON object (train_args, trainer_config) takes a
+    JSON object that is merged over that default: trainer_config='{"profile": "base"}' keeps
+    the compiled checkpoint_root and code_version instead of dropping them.
+    """
     values = {}
     for assignment in assignments:
         name, sep, text = assignment.partition("=")
@@ -108,6 +124,13 @@ def parameter_values(package: Package, assignments: Sequence[str]) -> dict[str, 
             values[name] = _PARAMETER_TYPES[ptype](text)
         except ValueError:
             raise KfpError(f"--param {name} is a {ptype}, got {text!r}") from None
+        default = _json_object(str(package.defaults.get(name, "")))
+        if default is not None:
+            override = _json_object(text)
+            if override is None:
+                raise KfpError(f"--param {name} expects a JSON object, e.g. "
+                               f"{json.dumps(dict(list(default.items())[:1]))}, got {text!r}")
+            values[name] = json.dumps({**default, **override}, sort_keys=True)
     return values
 
 

@@ -1,7 +1,8 @@
-"""`nmt kubeflow compile|submit|schedule`: the same pipeline on Kubeflow Pipelines.
+"""`nmt kubeflow compile|submit|schedule`: the same pipeline on Kubeflow Pipelines or Vertex AI.
 
-`compile` writes a KFP v2 pipeline spec (YAML); `submit` and `schedule` upload it to a KFP API
-(compiling first unless given --package) and start one run or a recurring run.
+`compile` writes a KFP v2 pipeline spec (YAML); `submit` and `schedule` (compiling first unless
+given --package) upload it to a KFP API and start one run or a recurring run, or with
+`--backend vertex` create a Vertex AI PipelineJob or its schedule.
 TFX and the KFP SDK load only when a command runs, so `nmt --help` stays fast.
 """
 from __future__ import annotations
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 _KFP_ENDPOINT_ENV = "KF_PIPELINES_ENDPOINT"  # kfp.Client's own variables
 _KFP_UI_ENDPOINT_ENV = "KF_PIPELINES_UI_ENDPOINT"
+_PROJECT_ENV = "GOOGLE_CLOUD_PROJECT"
+_DEFAULT_REGION = "us-central1"
+_DEFAULT_MACHINE_TYPE = "n1-standard-8"
 _MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
@@ -75,11 +79,6 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
                            "gs://BUCKET/fra-eng/fra.txt; its directory is the default of the "
                            "data_root runtime parameter"),
         group.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME),
-        group.add_argument("--backend", choices=("kfp", "vertex"), default="kfp",
-                           help="open-source KFP cannot run TFX resolver steps, so there the "
-                           "Evaluator has no baseline and blesses on the BLEU threshold "
-                           "alone; Vertex AI Pipelines compares with the latest blessed "
-                           "model (default: kfp)"),
         group.add_argument("--profile", default=config_lib.PipelineConfig.profile,
                            choices=sorted(hparams.PROFILES), help="model/training profile"),
         group.add_argument("--train-steps", type=int, default=None,
@@ -97,11 +96,42 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
                            help="CPU limit of the Trainer's container, e.g. 8 or 500m"),
         group.add_argument("--trainer-memory", type=_memory_bytes, default=None,
                            help="memory limit of the Trainer's container, e.g. 32G or 30Gi"),
+        group.add_argument("--trainer-workers", type=_count, default=1,
+                           help="--backend vertex: train on this many machines as a Vertex AI "
+                                "custom job (MultiWorkerMirroredStrategy; needs --project); "
+                                "open-source KFP runs a task as one pod (default 1)"),
+        group.add_argument("--trainer-machine-type", default=None,
+                           help="with --trainer-workers: each machine's type (default "
+                                f"{_DEFAULT_MACHINE_TYPE}); --trainer-gpus/--trainer-gpu-type "
+                                "are then per machine"),
+        group.add_argument("--beam-cpu", type=_cpu_millicores, default=None,
+                           help="CPU each Beam component (ExampleGen, StatisticsGen, Transform, "
+                                "Evaluator) asks for: a request on KFP, the limit Vertex AI "
+                                "sizes the machine by (default 2)"),
+        group.add_argument("--beam-memory", type=_memory_bytes, default=None,
+                           help="memory each Beam component asks for, likewise (default 8Gi)"),
     ]
     parser.set_defaults(compile_actions=actions)
 
 
+def _add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the pipeline runs: compile and submit/schedule both need to know."""
+    parser.add_argument("--backend", choices=("kfp", "vertex"), default="kfp",
+                        help="kfp: open-source Kubeflow Pipelines, which cannot run TFX "
+                        "resolver steps, so the Evaluator blesses on the BLEU threshold alone; "
+                        "vertex: Vertex AI Pipelines, which compares with the latest blessed "
+                        "model (default: kfp)")
+    group = parser.add_argument_group("Vertex AI (--backend vertex)")
+    group.add_argument("--project", default=os.environ.get(_PROJECT_ENV),
+                       help=f"Google Cloud project (default ${_PROJECT_ENV})")
+    group.add_argument("--region", default=_DEFAULT_REGION, help="default %(default)s")
+
+
 def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Vertex AI endpoint (--backend vertex)")
+    group.add_argument("--service-account", help="run-as service account of the runs")
+    group.add_argument("--api-endpoint", help="Vertex AI API address (default "
+                       "REGION-aiplatform.googleapis.com)")
     group = parser.add_argument_group("KFP endpoint (kfp.Client options)")
     group.add_argument("--host", default=os.environ.get(_KFP_ENDPOINT_ENV),
                        help="KFP API address, e.g. http://localhost:8080 after `kubectl -n "
@@ -117,7 +147,8 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--sa-token-path", help="service-account token file (in a pod on "
                        "multi-user Kubeflow: /var/run/secrets/kubeflow/pipelines/token)")
     parser.add_argument("--experiment", default=config_lib.PIPELINE_NAME,
-                        help="experiment to run in, created if missing (default %(default)s)")
+                        help="KFP experiment to run in, created if missing (default "
+                             "%(default)s)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                         help="runtime parameter value, repeatable, e.g. "
                              "data_root=gs://BUCKET/fra-eng-2025-06")
@@ -134,8 +165,10 @@ def add_kubeflow_parser(subparsers: argparse._SubParsersAction) -> None:
 
     compile_ = commands.add_parser("compile", help="write the KFP v2 pipeline spec (YAML)")
     _add_compile_flags(compile_)
+    _add_backend_flags(compile_)
     compile_.add_argument("--pipeline-root", help="where runs write artifacts, e.g. "
-                          "gs://BUCKET/nmt or s3://BUCKET/nmt: the spec's default pipeline root")
+                          "gs://BUCKET/nmt: the spec's default pipeline root (not s3:// or "
+                          "minio://: TensorFlow cannot write there)")
     compile_.add_argument("--output", type=_yaml_path, default="pipeline.yaml",
                           help="the YAML to write (default ./pipeline.yaml; do not commit it)")
     compile_.set_defaults(handler=_compile)
@@ -147,7 +180,8 @@ def add_kubeflow_parser(subparsers: argparse._SubParsersAction) -> None:
     schedule.add_argument(
         "--cron", required=True,
         help='when, as 5-field cron in the cluster\'s time zone (usually UTC), e.g. "0 3 * * *" '
-             'for 03:00 daily; passed to KFP as 6-field cron with seconds ("0 0 3 * * *")')
+             'for 03:00 daily; passed to KFP as 6-field cron with seconds ("0 0 3 * * *"), '
+             'to Vertex AI as is (which also takes a "TZ=Europe/Paris " prefix)')
     schedule.set_defaults(handler=_schedule)
 
 
@@ -156,6 +190,7 @@ def _add_start_parser(commands: argparse._SubParsersAction, name: str,
     """submit and schedule: compile flags (or --package), then the KFP endpoint."""
     command = commands.add_parser(name, help=help_text)
     _add_compile_flags(command)
+    _add_backend_flags(command)
     command.add_argument("--pipeline-root", help="pipeline root: compiled in, or with --package "
                          "this run's override of the compiled default")
     _add_endpoint_flags(command)
@@ -170,6 +205,38 @@ def _resources(args: argparse.Namespace) -> kubeflow_runner.Resources:
         cpu_millicores=args.trainer_cpu, memory_bytes=args.trainer_memory)
 
 
+def _beam_resources(args: argparse.Namespace) -> kubeflow_runner.Resources:
+    from pipeline import kubeflow_runner
+
+    return kubeflow_runner.Resources(
+        cpu_millicores=args.beam_cpu or kubeflow_runner.DEFAULT_BEAM_CPU_MILLICORES,
+        memory_bytes=args.beam_memory or kubeflow_runner.DEFAULT_BEAM_MEMORY_BYTES,
+        limit=args.backend == "vertex")
+
+
+def _vertex_training(args: argparse.Namespace) -> kubeflow_runner.VertexTraining | None:
+    """--trainer-workers N > 1: the Trainer as a Vertex AI custom job over N machines."""
+    from pipeline import kubeflow_runner
+
+    if args.trainer_workers <= 1:
+        if args.trainer_machine_type:
+            raise _UsageError("--trainer-machine-type applies with --trainer-workers 2 or more")
+        return None
+    if args.backend != "vertex":
+        raise _UsageError("--trainer-workers needs --backend vertex: open-source KFP runs "
+                          "each task as one pod and has no multi-machine task")
+    if args.trainer_cpu or args.trainer_memory:
+        raise _UsageError("--trainer-cpu/--trainer-memory size one container; with "
+                          "--trainer-workers each machine is --trainer-machine-type")
+    if not args.project:
+        raise _UsageError(f"--trainer-workers needs --project (or ${_PROJECT_ENV}): the "
+                          "custom job runs in that project")
+    return kubeflow_runner.VertexTraining(
+        workers=args.trainer_workers, project=args.project, region=args.region,
+        machine_type=args.trainer_machine_type or _DEFAULT_MACHINE_TYPE, gpus=args.trainer_gpus,
+        gpu_type=args.trainer_gpu_type or "NVIDIA_TESLA_T4")
+
+
 def _compile_to(args: argparse.Namespace,
                 output_path: str) -> pipeline_spec_pb2.PipelineSpec:
     """Compiles from the flags; returns the PipelineSpec written to output_path."""
@@ -177,17 +244,35 @@ def _compile_to(args: argparse.Namespace,
                                         ("--pipeline-root", args.pipeline_root)) if not value]
     if missing:
         raise _UsageError(f"compiling needs {', '.join(missing)}")
+    _check_storage(args)
     from pipeline import kubeflow_runner  # heavy (TFX, TF): only when needed
 
     config = config_lib.PipelineConfig(
         data_path=args.data, pipeline_name=args.pipeline_name, pipeline_root=args.pipeline_root,
         schema_file=kubeflow_runner.IMAGE_SCHEMA_FILE, profile=args.profile,
-        train_steps=args.train_steps, compare_with_latest_blessed=args.backend == "vertex",
+        train_steps=args.train_steps,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS))
+    vertex_training = _vertex_training(args)
     try:
-        return kubeflow_runner.compile_pipeline(config, args.image, output_path, _resources(args))
+        return kubeflow_runner.compile_pipeline(
+            config, args.image, output_path, _resources(args), backend=args.backend,
+            beam_resources=_beam_resources(args), vertex_training=vertex_training)
     except kubeflow_runner.ComponentNotFoundError as err:
         raise _Failure(str(err)) from None
+
+
+def _check_storage(args: argparse.Namespace) -> None:
+    """s3:// and minio:// paths fail deep inside a component at run time: refuse them here.
+    (Same rule as kubeflow_runner.check_storage, without importing TFX for submit --package.)"""
+    given = [("--pipeline-root", args.pipeline_root), ("--data", getattr(args, "data", None)),
+             *[("--param", p.partition("=")[2]) for p in getattr(args, "param", [])
+               if p.startswith("data_root=")]]
+    for flag, path in given:
+        if path and path.startswith(("s3://", "minio://")):
+            raise _UsageError(
+                f"{flag} {path} cannot work: TensorFlow 2.16 and TFX have no s3:// or "
+                "minio:// filesystem, so the components could not read or write it; use a "
+                "gs:// path or a directory every pod mounts")
 
 
 @contextlib.contextmanager
@@ -199,6 +284,7 @@ def _package_path(args: argparse.Namespace) -> Iterator[str]:
         if compile_only:
             raise _UsageError(f"{', '.join(compile_only)} only apply when compiling; "
                               "--package is uploaded as it was compiled")
+        _check_storage(args)
         yield args.package
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,6 +307,27 @@ def _reported(command: Callable[[], int]) -> int:
         return 1
 
 
+def _caching(spec: pipeline_spec_pb2.PipelineSpec) -> str:
+    """What a run may take from the cache, in one sentence for the compile output."""
+    tasks = spec.root.dag.tasks
+    uncached = {name for name, task in tasks.items()  # resolver tasks have no caching options
+                if task.HasField("caching_options") and not task.caching_options.enable_cache}
+    rerun = set(uncached)
+    while True:  # everything downstream of an uncached task gets a new input artifact
+        more = {name for name, task in tasks.items() if set(task.dependent_tasks) & rerun}
+        if more <= rerun:
+            break
+        rerun |= more
+    cached = sorted(set(tasks) - rerun)
+    if not uncached:
+        return ("caching: every task may be cached; FraTxtExampleGen's cache key includes the "
+                "fingerprint of fra.txt (its driver runs before the cache check), so a changed "
+                "file re-runs it and everything after it")
+    return (f"caching: {', '.join(sorted(uncached))} runs every time (open-source KFP cannot "
+            f"see that fra.txt changed), so {', '.join(sorted(rerun - uncached))} run again on "
+            f"its new output; cached when unchanged: {', '.join(cached)}")
+
+
 def _compile(args: argparse.Namespace) -> int:
     from google.protobuf import json_format
 
@@ -228,10 +335,35 @@ def _compile(args: argparse.Namespace) -> int:
         spec = _compile_to(args, args.output)
         defaults = ", ".join(f"{name}={json_format.MessageToDict(p.default_value)}"
                              for name, p in spec.root.input_definitions.parameters.items())
-        print(f"Wrote {args.output}: pipeline {spec.pipeline_info.name}, image {args.image}, "
-              f"pipeline root {spec.default_pipeline_root}; runtime parameters: {defaults}")
+        print(f"Wrote {args.output}: pipeline {spec.pipeline_info.name} for {args.backend}, "
+              f"image {args.image}, pipeline root {spec.default_pipeline_root}; runtime "
+              f"parameters: {defaults}")
+        print(f"{args.backend}: {_caching(spec)}")
         return 0
     return _reported(command)
+
+
+def _start_on_vertex(args: argparse.Namespace, recurring: bool) -> int:
+    """submit/schedule --backend vertex: a PipelineJob, or its schedule."""
+    from pipeline import kfp_client, vertex_client
+
+    if not args.project:
+        raise _UsageError(f"--backend vertex needs --project (or ${_PROJECT_ENV})")
+    endpoint = vertex_client.VertexEndpoint(
+        project=args.project, region=args.region, service_account=args.service_account,
+        api_endpoint=args.api_endpoint)
+    with _package_path(args) as path:
+        package = kfp_client.Package.read(path)
+        params = kfp_client.parameter_values(package, args.param)
+        if recurring:
+            created = vertex_client.schedule(endpoint, package, params, args.cron, args.name,
+                                             args.pipeline_root)
+        else:
+            created = vertex_client.submit(endpoint, package, params, args.name,
+                                           args.pipeline_root)
+    what = f"Schedule (cron {args.cron!r})" if recurring else "Pipeline job"
+    print(f"{what} {created.resource_name} of pipeline {package.name}: {created.link}")
+    return 0
 
 
 def _start(args: argparse.Namespace, recurring: bool) -> int:
@@ -239,6 +371,8 @@ def _start(args: argparse.Namespace, recurring: bool) -> int:
     from pipeline import kfp_client
 
     def command() -> int:
+        if args.backend == "vertex":
+            return _start_on_vertex(args, recurring)
         if not args.host:
             raise _UsageError(f"--host is required (or set {_KFP_ENDPOINT_ENV})")
         endpoint = kfp_client.Endpoint(

@@ -109,10 +109,16 @@ def test_every_container_runs_the_image_with_the_beam_args(spec):
     assert "--direct_running_mode=in_memory" not in transform_args  # --beam-arg replaces defaults
 
 
-def test_only_the_trainer_asks_for_gpus_cpu_and_memory(spec):
+BEAM_COMPONENTS = ("FraTxtExampleGen", "StatisticsGen", "Transform", "Evaluator")
+
+
+def test_only_the_trainer_asks_for_gpus_and_limits(spec):
     with_resources = {label for label, e in executors(spec).items()
                       if e.container.HasField("resources")}
-    assert with_resources == {executor_label(spec, "Trainer")}
+    assert with_resources == {executor_label(spec, task) for task in ("Trainer", *BEAM_COMPONENTS)}
+    with_gpus = {label for label, e in executors(spec).items()
+                 if e.container.resources.accelerator.count}
+    assert with_gpus == {executor_label(spec, "Trainer")}
     resources = executors(spec)[executor_label(spec, "Trainer")].container.resources
     # New KFP backends read the resource_* strings, older ones the numbers.
     assert (resources.accelerator.resource_type, resources.accelerator.resource_count) == (
@@ -120,6 +126,111 @@ def test_only_the_trainer_asks_for_gpus_cpu_and_memory(spec):
     assert (resources.accelerator.type, resources.accelerator.count) == ("NVIDIA_TESLA_T4", 2)
     assert (resources.resource_cpu_limit, resources.cpu_limit) == ("8000m", 8.0)
     assert (resources.resource_memory_limit, resources.memory_limit) == ("32000000000", 32.0)
+
+
+def test_beam_components_request_cpu_and_memory_by_default(spec):
+    for task in BEAM_COMPONENTS:
+        resources = executors(spec)[executor_label(spec, task)].container.resources
+        assert (resources.resource_cpu_request, resources.cpu_request) == ("2000m", 2.0), task
+        assert resources.resource_memory_request == str(8 * 2**30), task
+        assert not (resources.resource_cpu_limit or resources.resource_memory_limit), task
+
+
+def test_beam_resources_are_flags_and_limits_on_vertex(tmp_path):
+    path = str(tmp_path / "vertex.yaml")
+    assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--backend", "vertex", "--beam-cpu", "4",
+                        "--beam-memory", "16Gi", "--output", path) == 0
+    vertex = read_spec(path)
+    for task in BEAM_COMPONENTS:  # Vertex AI sizes a task's machine by its limits
+        resources = executors(vertex)[executor_label(vertex, task)].container.resources
+        assert (resources.resource_cpu_limit, resources.resource_memory_limit) == (
+            "4000m", str(16 * 2**30)), task
+
+
+def test_open_source_kfp_never_caches_example_gen(spec, compiled, tmp_path, capsys):
+    """KFP's cache key cannot see a new fra.txt (TFX's fingerprinting driver is Vertex-only)."""
+    tasks = spec.root.dag.tasks
+    assert not tasks["FraTxtExampleGen"].caching_options.enable_cache
+    assert all(tasks[t].caching_options.enable_cache for t in tasks if t != "FraTxtExampleGen")
+    assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--output", str(tmp_path / "p.yaml")) == 0
+    out = capsys.readouterr().out
+    assert ("kfp: caching: FraTxtExampleGen runs every time (open-source KFP cannot see that "
+            "fra.txt changed), so AtomicPusher, Evaluator, StatisticsGen, StrictExampleValidator,"
+            " Trainer, Transform run again on its new output; cached when unchanged: "
+            "ImportSchemaGen") in out
+    path = str(tmp_path / "vertex.yaml")
+    assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--backend", "vertex", "--output", path) == 0
+    assert "FraTxtExampleGen's cache key includes the fingerprint" in capsys.readouterr().out
+    vertex = read_spec(path)
+    assert vertex.root.dag.tasks["FraTxtExampleGen"].caching_options.enable_cache
+    example_gen = executors(vertex)[executor_label(vertex, "FraTxtExampleGen")].container
+    assert example_gen.lifecycle.pre_cache_check.command[-1] == (
+        "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
+
+
+def test_dataflow_workers_get_the_image(spec):
+    for task in BEAM_COMPONENTS:
+        args = executors(spec)[executor_label(spec, task)].container.args
+        assert f"--sdk_container_image={IMAGE}" in args, task
+    assert kubeflow_runner.with_sdk_container_image(
+        ["--runner=DataflowRunner", "--sdk_container_image=other:1"], IMAGE) == (
+        "--runner=DataflowRunner", "--sdk_container_image=other:1")
+    assert kubeflow_runner.with_sdk_container_image(["--direct_num_workers=1"], IMAGE) == (
+        "--direct_num_workers=1",)
+
+
+@pytest.mark.parametrize("flag, path", [("--pipeline-root", "minio://mlpipeline/v2/artifacts"),
+                                        ("--data", "s3://bucket/fra.txt")])
+def test_object_store_paths_tensorflow_cannot_use_are_refused(flag, path, tmp_path, capsys):
+    flags = dict(zip(COMPILE_FLAGS[::2], COMPILE_FLAGS[1::2]))
+    flags[flag] = path
+    args = [part for item in flags.items() for part in item if part.startswith("-") or item[1]]
+    assert nmt_kubeflow("compile", *args, "--output", str(tmp_path / "p.yaml")) == 2
+    assert capsys.readouterr().err == (
+        f"nmt: error: {flag} {path} cannot work: TensorFlow 2.16 and TFX have no s3:// or "
+        "minio:// filesystem, so the components could not read or write it; use a gs:// path "
+        "or a directory every pod mounts\n")
+    assert not os.path.exists(tmp_path / "p.yaml")
+
+
+def test_vertex_trainer_workers_run_a_custom_job_with_worker_pools(tmp_path):
+    """--trainer-workers: TFX's Google Cloud Trainer extension submits a Vertex AI custom job;
+    pool 0 is the chief, pool 1 the other workers, each on the asked machine and GPUs."""
+    path = str(tmp_path / "vertex.yaml")
+    flags = [f for f in COMPILE_FLAGS if f not in ("--trainer-cpu", "8", "--trainer-memory",
+                                                   "32G")]
+    assert nmt_kubeflow("compile", *flags, "--backend", "vertex", "--trainer-workers", "3",
+                        "--trainer-machine-type", "n1-highmem-16", "--project", "nmt-project",
+                        "--region", "europe-west4", "--output", path) == 0
+    vertex = read_spec(path)
+    trainer = executors(vertex)[executor_label(vertex, "Trainer")].container
+    assert trainer.args[1] == ("tfx.extensions.google_cloud_ai_platform.trainer.executor."
+                               "GenericExecutor")
+    assert not trainer.HasField("resources")  # the machines are the worker pools'
+    config = json.loads(vertex.root.input_definitions.parameters[
+        "trainer_config"].default_value.string_value)
+    machine = {"machine_type": "n1-highmem-16", "accelerator_type": "NVIDIA_TESLA_T4",
+               "accelerator_count": 2}
+    assert config["ai_platform_training_args"] == {"project": "nmt-project", "worker_pool_specs": [
+        {"machine_spec": machine, "replica_count": 1, "container_spec": {"image_uri": IMAGE}},
+        {"machine_spec": machine, "replica_count": 2, "container_spec": {"image_uri": IMAGE}}]}
+    assert (config["ai_platform_enable_vertex"], config["ai_platform_vertex_region"]) == (
+        True, "europe-west4")
+    assert config["profile"] == "cpu" and config["checkpoint_root"] == PIPELINE_ROOT + "/checkpoints"
+
+
+def test_trainer_workers_need_vertex(tmp_path, capsys):
+    output = ("--output", str(tmp_path / "p.yaml"))
+    flags = [f for f in COMPILE_FLAGS if f not in ("--trainer-cpu", "8", "--trainer-memory",
+                                                   "32G")]
+    assert nmt_kubeflow("compile", *flags, "--trainer-workers", "2", *output) == 2
+    assert capsys.readouterr().err == (
+        "nmt: error: --trainer-workers needs --backend vertex: open-source KFP runs each task "
+        "as one pod and has no multi-machine task\n")
+    assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--backend", "vertex", "--trainer-workers",
+                        "2", "--project", "p", *output) == 2
+    assert "with --trainer-workers each machine is --trainer-machine-type" in (
+        capsys.readouterr().err)
 
 
 def test_open_source_kfp_gets_no_resolver_and_vertex_does(spec, tmp_path):
@@ -185,6 +296,18 @@ def test_cron_takes_five_fields_and_gives_kfp_six():
     assert kfp_client.kfp_cron("@daily") == "@daily"
     with pytest.raises(kfp_client.KfpError, match="5 fields"):
         kfp_client.kfp_cron("3 * * *")
+
+
+def test_a_partial_trainer_config_is_merged_over_the_compiled_one(compiled):
+    package = kfp_client.Package.read(compiled)
+    [value] = kfp_client.parameter_values(
+        package, ['trainer_config={"profile": "base", "max_train_seconds": 60}']).values()
+    merged = json.loads(value)
+    assert (merged["profile"], merged["max_train_seconds"]) == ("base", 60)
+    assert merged["checkpoint_root"] == PIPELINE_ROOT + "/checkpoints" and merged["code_version"]
+    with pytest.raises(kfp_client.KfpError,
+                       match=r"--param trainer_config expects a JSON object, e\.g\. "):
+        kfp_client.parameter_values(package, ["trainer_config=base"])
 
 
 def test_parameters_are_typed_as_the_pipeline_declares():
