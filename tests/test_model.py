@@ -154,7 +154,7 @@ def test_max_decode_length_counts_real_tokens_and_is_capped():
 
 def test_mixed_precision_model_runs_with_float32_logits():
     tf.random.set_seed(6)
-    hparams = tiny_hparams(mixed_precision=True)
+    hparams = tiny_hparams(precision="mixed_float16")
     model = Transformer(hparams)
     optimizer = optimization.make_optimizer(hparams)
     assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
@@ -323,7 +323,7 @@ def test_profiles_and_vocab_sizes():
     assert set(PROFILES) == {"smoke", "cpu", "base", "seeds"}
     base = get_profile("base")
     assert (base.num_layers, base.d_model, base.num_heads, base.dff) == (6, 512, 8, 2048)
-    assert base.mixed_precision and base.use_xla and base.dropout_rate == 0.1
+    assert base.precision == "auto" and base.use_xla and base.dropout_rate == 0.1
     seeds = get_profile("seeds")  # the old recipe, for the comparison in BENCHMARKS.md
     assert (seeds.num_layers, seeds.d_model, seeds.num_heads, seeds.dff) == (1, 256, 8, 2048)
     assert (seeds.optimizer, seeds.bucketing, seeds.max_target_length) == ("rmsprop", False, 20)

@@ -9,6 +9,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
+from trainer_module import devices
 from trainer_module.hparams import PAD_ID
 
 _LOG = logging.getLogger(__name__)
@@ -31,19 +32,23 @@ def _duration(seconds: float) -> str:
 
 
 class ProgressLogger(keras.callbacks.Callback):
-    """'step 300/2000 (15%) loss 4.21 acc 0.31 | 1,650 tok/s | ETA 14m02s' every `every_s` s."""
+    """'step 300/2000 (15%) loss 4.21 acc 0.31 | 1,650 tok/s | ETA 14m02s' every `every_s` s.
+
+    The ETA extrapolates from the steps after the first one: the first step also traces the
+    model and fills the shuffle buffer, and would make the first ETA hours too long.
+    """
 
     def __init__(self, total_steps: int, every_s: float = 30.0,
                  max_seconds: float = 0.0) -> None:
         super().__init__()
         self.total_steps, self.every_s, self.max_seconds = total_steps, every_s, max_seconds
-        self._start = self._last = 0.0
-        self._start_step = 0
+        self._start = self._last = self._rate_start = 0.0
+        self._rate_step: int | None = None
         self._tokens_before_epoch = self._epoch_tokens = 0.0
 
     def on_train_begin(self, logs=None) -> None:
         self._start = self._last = time.time()
-        self._start_step = int(self.model.optimizer.iterations.numpy())
+        self._rate_step = None
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
         self._epoch_tokens = 0.0
@@ -53,13 +58,16 @@ class ProgressLogger(keras.callbacks.Callback):
         self._epoch_tokens = float(logs.get("target_tokens", 0.0))
         now = time.time()
         step = int(self.model.optimizer.iterations.numpy())
-        if now - self._last < self.every_s and step < self.total_steps:
+        if self._rate_step is None:  # the first step: the rate is measured from here on
+            self._rate_start, self._rate_step = now, step
+        if (now - self._last < self.every_s or step == self._rate_step) and \
+                step < self.total_steps:
             return
         self._last = now
         elapsed = now - self._start
-        done = max(step - self._start_step, 1)
-        eta = elapsed / done * (self.total_steps - step)
-        if self.max_seconds:  # a time budget (TimeBudget) ends training first
+        seconds_per_step = (now - self._rate_start) / max(step - self._rate_step, 1)
+        eta = seconds_per_step * max(self.total_steps - step, 0)
+        if self.max_seconds:  # a time budget (StopTraining) ends training first
             eta = min(eta, max(self.max_seconds - elapsed, 0.0))
         tokens = self._tokens_before_epoch + self._epoch_tokens
         _LOG.info("Training step %d/%d (%d%%): loss %.3f, token accuracy %.3f | %s target "
@@ -73,16 +81,27 @@ class ProgressLogger(keras.callbacks.Callback):
 
 
 class CheckpointAndHistory(keras.callbacks.Callback):
-    """Saves model + optimizer at the end of every epoch (= `checkpoint_every` steps), and
-    appends the epoch's train/validation metrics to a JSON history that survives restarts."""
+    """Saves model + optimizer at the end of every epoch (= `checkpoint_every` steps, or where
+    training stopped), and appends the epoch's train/validation metrics to a JSON history that
+    survives restarts.
 
-    def __init__(self, manager: tf.train.CheckpointManager, history_path: str) -> None:
+    Under MultiWorkerMirroredStrategy every worker must save (saving distributed variables is a
+    collective operation), but only the chief keeps its checkpoints (`keep`): the others save
+    into a temporary directory of their own and delete it (TensorFlow's multi-worker rule), and
+    write no history.
+    """
+
+    def __init__(self, manager: tf.train.CheckpointManager, history_path: str,
+                 keep: bool = True) -> None:
         super().__init__()
-        self.manager, self.history_path = manager, history_path
+        self.manager, self.history_path, self.keep = manager, history_path, keep
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         step = int(self.model.optimizer.iterations.numpy())
         path = self.manager.save(checkpoint_number=step)
+        if not self.keep:
+            tf.io.gfile.rmtree(self.manager.directory)
+            return
         history = load_history(self.history_path)
         history = [h for h in history if h["step"] < step]
         history.append({"step": step, **{k: float(v) for k, v in (logs or {}).items()}})
@@ -99,19 +118,45 @@ def load_history(path: str) -> list[dict[str, float]]:
         return json.load(f)
 
 
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training once it has run `seconds` (for same-wall-time comparisons)."""
+class StopTraining(keras.callbacks.Callback):
+    """Stops at exactly `train_steps`, or once training has run `max_seconds` (0: no budget).
 
-    def __init__(self, seconds: float) -> None:
+    Every worker of a MultiWorkerMirroredStrategy run must stop at the same step, or the others
+    wait forever in the next collective. Steps are the same everywhere; for the time budget the
+    chief's clock decides: every `agree_every` steps the workers sum "the chief says stop" (1 on
+    the chief when out of time, else 0) in an all-reduce, so they all stop after the same step.
+    """
+
+    def __init__(self, train_steps: int, max_seconds: float = 0.0,
+                 strategy: tf.distribute.Strategy | None = None, agree_every: int = 10) -> None:
         super().__init__()
-        self.seconds = seconds
+        self.train_steps, self.max_seconds, self.agree_every = train_steps, max_seconds, agree_every
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self._multi_worker = devices.num_workers() > 1
+        self._chief = devices.writes_results(self.strategy)
         self._start = 0.0
 
     def on_train_begin(self, logs=None) -> None:
         self._start = time.time()
 
     def on_train_batch_end(self, batch, logs=None) -> None:
-        if time.time() - self._start >= self.seconds:
-            _LOG.info("Training time budget of %.0f s used up at step %d: stopping.",
-                      self.seconds, int(self.model.optimizer.iterations.numpy()))
+        step = int(self.model.optimizer.iterations.numpy())
+        if step >= self.train_steps:
             self.model.stop_training = True
+        elif self.max_seconds and self._out_of_time(step):
+            _LOG.info("Training time budget of %.0f s used up at step %d: stopping.",
+                      self.max_seconds, step)
+            self.model.stop_training = True
+
+    def _out_of_time(self, step: int) -> bool:
+        out_of_time = time.time() - self._start >= self.max_seconds
+        if not self._multi_worker:
+            return out_of_time
+        if step % self.agree_every:
+            return False
+        return bool(self._chief_says(tf.constant(float(self._chief and out_of_time))) > 0)
+
+    @tf.function
+    def _chief_says(self, flag: tf.Tensor) -> tf.Tensor:
+        per_replica = self.strategy.run(tf.identity, args=(flag,))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)

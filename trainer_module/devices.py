@@ -1,28 +1,40 @@
-"""Which devices train the model: every GPU, several machines via TF_CONFIG, or the CPU."""
+"""Which devices train the model, in which precision, and which worker writes the results.
+
+Every GPU of a machine (MirroredStrategy), several machines when TF_CONFIG names them
+(MultiWorkerMirroredStrategy, TensorFlow's own collective runtime), else the CPU.
+"""
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
 import os
+import re
 
 import tensorflow as tf
 
 from trainer_module.hparams import HParams
 
 _LOG = logging.getLogger(__name__)
+_CPU_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")  # as /proc/cpuinfo names them
+
+
+def num_workers() -> int:
+    """Machines named by TF_CONFIG (chief + workers); 1 without TF_CONFIG."""
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    return max(1, len(cluster.get("worker", [])) + len(cluster.get("chief", [])))
 
 
 def choose_strategy() -> tf.distribute.Strategy:
     """MultiWorkerMirrored when TF_CONFIG names several workers, Mirrored over all GPUs, else CPU."""
-    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
-    workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+    workers = num_workers()
     gpus = tf.config.list_physical_devices("GPU")
     if workers > 1:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        _LOG.info("Training on %d workers (TF_CONFIG) with %d GPU(s) each: "
-                  "MultiWorkerMirroredStrategy, %d replicas.", workers, len(gpus),
-                  strategy.num_replicas_in_sync)
+        resolver = strategy.cluster_resolver
+        _LOG.info("Training on %d workers (TF_CONFIG; this is %s %d) with %d GPU(s) each: "
+                  "MultiWorkerMirroredStrategy, %d replicas.", workers, resolver.task_type,
+                  resolver.task_id, len(gpus), strategy.num_replicas_in_sync)
     elif gpus:
         strategy = tf.distribute.MirroredStrategy()
         _LOG.info("Training on %d GPU(s): %s.", len(gpus), ", ".join(g.name for g in gpus))
@@ -32,10 +44,55 @@ def choose_strategy() -> tf.distribute.Strategy:
     return strategy
 
 
+def writes_results(strategy: tf.distribute.Strategy) -> bool:
+    """True on the one worker that keeps checkpoints and writes history and the export (the
+    chief, TensorFlow's `should_checkpoint`); the others write to temporary places."""
+    return strategy.extended.should_checkpoint
+
+
+def worker_name(strategy: tf.distribute.Strategy) -> str:
+    """'worker-1' under MultiWorkerMirroredStrategy, 'local' otherwise (for temporary paths)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return "local"
+    return f"{resolver.task_type}-{resolver.task_id}"
+
+
+def cpu_has_bfloat16_units(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU multiplies bfloat16 natively (Intel AMX-BF16 or AVX512-BF16)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return any(re.search(rf"\b{flag}\b", flags) for flag in _CPU_BFLOAT16_FLAGS)
+
+
+def resolve_precision(precision: str, gpus: int | None = None,
+                      cpu_bfloat16: bool | None = None) -> tuple[str, str]:
+    """(Keras policy name, why): "auto" becomes mixed_float16 on GPUs, mixed_bfloat16 on CPUs
+    with bfloat16 units, else float32; other values stay as asked."""
+    if gpus is None:
+        gpus = len(tf.config.list_physical_devices("GPU"))
+    if precision != "auto":
+        reason = "as configured"
+        if precision == "mixed_float16" and not gpus:
+            reason += "; float16 is emulated on most CPUs, mixed_bfloat16 or float32 is faster"
+        return precision, reason
+    if gpus:
+        return "mixed_float16", f"auto: {gpus} GPU(s)"
+    if cpu_has_bfloat16_units() if cpu_bfloat16 is None else cpu_bfloat16:
+        return "mixed_bfloat16", "auto: the CPU has bfloat16 units (" + \
+            " or ".join(_CPU_BFLOAT16_FLAGS) + ")"
+    return "float32", "auto: no GPU and no bfloat16 units on the CPU"
+
+
 def fit_to_devices(hparams: HParams) -> HParams:
-    """float16 and XLA only where they pay (a GPU); on the CPU both would slow training down."""
-    if tf.config.list_physical_devices("GPU") or not (hparams.mixed_precision or hparams.use_xla):
-        return hparams
-    _LOG.info("No GPU: training in float32 without XLA (the profile asks for "
-              "mixed_precision=%s, use_xla=%s).", hparams.mixed_precision, hparams.use_xla)
-    return dataclasses.replace(hparams, mixed_precision=False, use_xla=False)
+    """The precision resolved for this machine (and logged); XLA only where it pays (a GPU)."""
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    precision, reason = resolve_precision(hparams.precision, gpus)
+    _LOG.info("Training precision: %s (%s).", precision, reason)
+    use_xla = hparams.use_xla and bool(gpus)
+    if hparams.use_xla and not gpus:
+        _LOG.info("No GPU: training without XLA (the profile enables it for GPUs).")
+    return dataclasses.replace(hparams, precision=precision, use_xla=use_xla)

@@ -15,6 +15,8 @@ Signatures:
 """
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -145,6 +147,22 @@ class Translator(tf.Module):
     def serve_transform_features(self, examples):
         features = self.tft_layer({ENGLISH: tf.reshape(self.parse_english(examples), [-1, 1])})
         return {LENGTH_BUCKET: features[LENGTH_BUCKET]}
+
+
+def float32_copy(model: Transformer) -> Transformer:
+    """The trained weights in a float32 model built outside any distribution strategy.
+
+    Mixed-precision training keeps float32 variables but computes in float16/bfloat16; serving
+    and the Evaluator should not (float16 matmuls are emulated, slowly, on most CPUs). Plain
+    variables also keep the export free of the strategy's collectives, so the chief alone can
+    write it.
+    """
+    if tf.distribute.has_strategy():
+        raise RuntimeError("float32_copy must be called outside the strategy's scope")
+    copy = Transformer(dataclasses.replace(model.hparams, precision="float32"))
+    copy((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
+    copy.set_weights(model.get_weights())
+    return copy
 
 
 def export_translator(model: Transformer, tf_transform_output: tft.TFTransformOutput,

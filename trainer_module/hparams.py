@@ -23,6 +23,11 @@ DEFAULT_SPLIT_ELISIONS = False  # French l'homme -> l' homme
 DEFAULT_JOINT_VOCABULARY = False  # one vocabulary for both languages, tied embeddings
 DEFAULT_WORDPIECE_MIN_COUNT = 10  # the WordPiece learner keeps no rarer piece (tf-text's default)
 
+# Training precision (Keras mixed-precision policies). Variables stay float32 in all of them and
+# the exported model is always float32; "auto" picks per machine (see devices.resolve_precision):
+# mixed_float16 on GPUs, mixed_bfloat16 on CPUs with bfloat16 matrix units, else float32.
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+
 
 @dataclasses.dataclass(frozen=True)
 class HParams:
@@ -48,13 +53,19 @@ class HParams:
     adam_epsilon: float = 1e-9
 
     # Training loop and data.
-    batch_tokens: int = 8192  # per batch: sentences x padded length of the longer side
+    # Per replica (GPU or CPU worker): sentences x padded length of the longer side. N replicas
+    # train N x batch_tokens per step; the loss is the mean over the global batch's tokens.
+    batch_tokens: int = 8192
     train_steps: int = 10_000
     checkpoint_every: int = 2000
     max_source_length: int = 128  # training pairs with more tokens (without START/END) are dropped
     max_target_length: int = 128
     bucketing: bool = True  # False: pad every pair to max_*_length (the seeds' input pipeline)
     max_train_seconds: float = 0.0  # >0: stop early once training took this long (benchmarks)
+    # Shuffle buffer in pairs. fra.txt (and so ExampleGen's output) is sorted by length: a
+    # buffer smaller than the ~133k training pairs makes each pass run from short to long.
+    shuffle_pairs: int = 50_000
+    seed: int = 0  # shuffling: the same on every worker (their shards are disjoint anyway)
 
     # Filled in at training time from the vocabulary files, see `with_vocab_sizes`.
     source_vocab_size: int = 0
@@ -63,8 +74,11 @@ class HParams:
     shared_embeddings: bool = False
 
     # Accelerators.
-    mixed_precision: bool = False  # mixed_float16: float16 compute, float32 variables/softmax
-    use_xla: bool = False  # compile the train step with XLA (decoding stays uncompiled)
+    precision: str = "float32"  # one of PRECISIONS
+    # Compile the train and validation steps with XLA (decoding stays uncompiled). Batches are
+    # then padded to their length bucket's boundary, so XLA compiles once per bucket, not once
+    # per batch shape.
+    use_xla: bool = False
 
     # Decoding: per sentence, at most min(ratio * source_length + extra, decode_max_length) tokens.
     decode_length_ratio: float = 1.5
@@ -83,6 +97,9 @@ class HParams:
             raise ValueError("dropout_rate and label_smoothing must be in [0, 1)")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
+                             f"got {self.precision!r}")
         if self.beam_width < 1:
             raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
         if self.shared_embeddings and self.source_vocab_size != self.target_vocab_size:
@@ -117,7 +134,7 @@ PROFILES: dict[str, HParams] = {
         decode_max_length=100),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it.
-    "base": HParams(mixed_precision=True, use_xla=True),
+    "base": HParams(precision="auto", use_xla=True),
     # The seeds' recipe, kept to measure ours against (BENCHMARKS.md): 1+1 layers, d_model 256,
     # 8 heads, dff 2048, RMSprop, pairs padded to length 20 (run it with --vocab-size 15000).
     "seeds": HParams(

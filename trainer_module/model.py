@@ -12,8 +12,9 @@ Differences from the paper, on purpose:
 Masks are boolean, True where attention is allowed, broadcastable to [batch, queries, keys], and
 always passed explicitly (no Keras implicit masking). Padding is PAD_ID at the end of a sequence.
 
-Mixed precision: every sublayer gets the model's dtype policy; attention softmax, logits and the
-returned attention weights are float32.
+Mixed precision (hparams.precision: mixed_float16 or mixed_bfloat16): every sublayer gets the
+model's dtype policy, variables stay float32; attention softmax, logits and the returned attention
+weights are float32.
 """
 from __future__ import annotations
 
@@ -273,8 +274,9 @@ class Transformer(keras.Model):
     def __init__(self, hparams: HParams, **kwargs: Any) -> None:
         if hparams.source_vocab_size <= 0 or hparams.target_vocab_size <= 0:
             raise ValueError("vocabulary sizes are unset: use hparams.with_vocab_sizes(...)")
-        policy = keras.mixed_precision.Policy(
-            "mixed_float16" if hparams.mixed_precision else "float32")
+        if hparams.precision == "auto":
+            raise ValueError("precision 'auto' is unresolved: use devices.fit_to_devices(hparams)")
+        policy = keras.mixed_precision.Policy(hparams.precision)
         super().__init__(dtype=policy, **kwargs)
         self.hparams = hparams
         layer_args = dict(d_model=hparams.d_model, num_heads=hparams.num_heads, dff=hparams.dff,

@@ -32,12 +32,41 @@ def token_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform
 
 
-def masked_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
-                         label_smoothing: float = 0.0) -> tf.Tensor:
-    """Scalar: mean label-smoothed cross-entropy over the non-PAD tokens of the batch."""
+def masked_cross_entropy(labels: tf.Tensor, logits: tf.Tensor, label_smoothing: float = 0.0,
+                         num_tokens: tf.Tensor | None = None) -> tf.Tensor:
+    """Scalar: label-smoothed cross-entropy summed over the non-PAD tokens of the batch, divided
+    by num_tokens (default: the batch's own non-PAD tokens, i.e. their mean)."""
     weights = _token_weights(labels)
     total = tf.reduce_sum(token_cross_entropy(labels, logits, label_smoothing) * weights)
-    return total / tf.maximum(tf.reduce_sum(weights), 1.0)
+    if num_tokens is None:
+        num_tokens = tf.reduce_sum(weights)
+    return total / tf.maximum(num_tokens, 1.0)
+
+
+class GlobalTokenMeanLoss(keras.losses.Loss):
+    """`masked_cross_entropy` of a replica's batch divided by the target tokens of the global
+    batch (every replica of every worker).
+
+    Distribution strategies sum the replicas' gradients, which then is exactly the gradient of
+    the mean over all the step's tokens, however unevenly the replicas' batches were filled.
+    Reduction SUM, so Keras does not also divide by the number of replicas.
+    """
+
+    def __init__(self, label_smoothing: float = 0.0,
+                 name: str = "global_token_mean_cross_entropy", **kwargs: Any) -> None:
+        kwargs.setdefault("reduction", keras.losses.Reduction.SUM)
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = label_smoothing
+
+    def call(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+        tokens = tf.reduce_sum(_token_weights(labels))
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
+        return masked_cross_entropy(labels, logits, self.label_smoothing, tokens)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "label_smoothing": self.label_smoothing}
 
 
 class MaskedAccuracy(keras.metrics.Mean):
@@ -104,6 +133,6 @@ def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
             learning_rate=TransformerSchedule(
                 hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale),
             beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon)
-    if hparams.mixed_precision:
+    if hparams.precision == "mixed_float16":  # bfloat16 has float32's range: no scaling
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     return optimizer

@@ -1,7 +1,8 @@
 """TFX Trainer entry point: `run_fn` trains the Transformer and exports the translator.
 
 Referenced by module path (`trainer_module.task`), so the same code runs locally and in the
-Kubeflow container. custom_config: {"profile": name, "checkpoint_root": dir (optional)}.
+Kubeflow container. custom_config: {"profile": name, "checkpoint_root": dir, "max_train_seconds":
+s, "precision": one of hparams.PRECISIONS} (all but the profile optional).
 """
 from __future__ import annotations
 
@@ -17,29 +18,30 @@ import tf_keras as keras
 from tfx import v1 as tfx
 
 from trainer_module import callbacks, devices, export, hparams as hparams_lib
-from trainer_module.input_pipeline import make_dataset
+from trainer_module.input_pipeline import make_dataset, validation_dataset
 from trainer_module.model import Transformer
-from trainer_module.optimization import (MaskedAccuracy, Perplexity, make_optimizer,
-                                         masked_cross_entropy)
+from trainer_module.optimization import (GlobalTokenMeanLoss, MaskedAccuracy, Perplexity,
+                                         make_optimizer)
 from trainer_module.preprocessing import RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB
 
 _LOG = logging.getLogger(__name__)
 HISTORY_FILE = "history.json"
 HPARAMS_FILE = "hparams.json"
-_VALIDATION_BATCHES = 50
 
 
 def _hparams(fn_args: tfx.components.FnArgs,
              tf_transform_output: tft.TFTransformOutput) -> hparams_lib.HParams:
-    """The profile, with the Trainer's step count and the real vocabulary sizes."""
+    """The profile with the Trainer's overrides (steps, time budget, precision), the real
+    vocabulary sizes, and the precision resolved for this machine."""
     config = fn_args.custom_config or {}
     hparams = hparams_lib.get_profile(config.get("profile", "smoke"))
     if fn_args.train_steps:
         hparams = dataclasses.replace(
             hparams, train_steps=fn_args.train_steps,
             checkpoint_every=min(hparams.checkpoint_every, fn_args.train_steps))
-    if config.get("max_train_seconds"):
-        hparams = dataclasses.replace(hparams, max_train_seconds=config["max_train_seconds"])
+    overrides = {key: config[key] for key in ("max_train_seconds", "precision")
+                 if config.get(key)}
+    hparams = dataclasses.replace(hparams, **overrides)
     return devices.fit_to_devices(hparams.with_vocab_sizes(*vocab_sizes(tf_transform_output)))
 
 
@@ -60,47 +62,75 @@ def _checkpoint_dir(fn_args: tfx.components.FnArgs, hparams: hparams_lib.HParams
 
 
 def _build_keras_model(hparams: hparams_lib.HParams) -> Transformer:
+    """The compiled model, its variables created (so a checkpoint restores into them at once)."""
     model = Transformer(hparams)
+    model((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
     model.compile(
         optimizer=make_optimizer(hparams),
-        loss=lambda labels, logits: masked_cross_entropy(labels, logits, hparams.label_smoothing),
+        loss=GlobalTokenMeanLoss(hparams.label_smoothing),
         metrics=[MaskedAccuracy(), Perplexity(), callbacks.TargetTokens()],
         jit_compile=hparams.use_xla)
     return model
 
 
+def _train_data(fn_args: tfx.components.FnArgs, tf_transform_output: tft.TFTransformOutput,
+                hparams: hparams_lib.HParams) -> keras.utils.experimental.DatasetCreator:
+    """One dataset per worker (its own shard of the examples), whose batches of batch_tokens
+    go one per replica: N replicas train N x batch_tokens tokens per step."""
+
+    def per_worker(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return make_dataset(fn_args.train_files, tf_transform_output, hparams, training=True,
+                            shard=(context.num_input_pipelines, context.input_pipeline_id))
+
+    return keras.utils.experimental.DatasetCreator(per_worker)
+
+
 def run_fn(fn_args: tfx.components.FnArgs) -> None:
-    """Trains with checkpoints every `checkpoint_every` steps, then exports for serving."""
+    """Trains with checkpoints every `checkpoint_every` steps, then exports for serving.
+
+    Under MultiWorkerMirroredStrategy every worker runs this; only the chief keeps
+    checkpoints and writes the history, hparams and the SavedModel (see `devices`).
+    """
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     hparams = _hparams(fn_args, tf_transform_output)
-    _LOG.info("Training the Transformer: %s", json.dumps(dataclasses.asdict(hparams)))
     strategy = devices.choose_strategy()
-    train_data = make_dataset(fn_args.train_files, tf_transform_output, hparams, training=True)
-    eval_data = make_dataset(fn_args.eval_files, tf_transform_output, hparams,
-                             training=False).take(_VALIDATION_BATCHES)
+    chief = devices.writes_results(strategy)
+    _LOG.info("Training the Transformer: %s", json.dumps(dataclasses.asdict(hparams)))
+    checkpoint_dir = _checkpoint_dir(fn_args, hparams)
     with strategy.scope():
         model = _build_keras_model(hparams)
         checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-        manager = tf.train.CheckpointManager(checkpoint, _checkpoint_dir(fn_args, hparams),
-                                             max_to_keep=2)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint)
-            _LOG.info("Resuming from %s (step %d of %d).", manager.latest_checkpoint,
+        latest = tf.train.latest_checkpoint(checkpoint_dir)
+        if latest:
+            checkpoint.restore(latest)
+            _LOG.info("Resuming from %s (step %d of %d).", latest,
                       int(model.optimizer.iterations.numpy()), hparams.train_steps)
-    history_path = os.path.join(manager.directory, HISTORY_FILE)
-    start_epoch = int(model.optimizer.iterations.numpy()) // hparams.checkpoint_every
-    epochs = -(-hparams.train_steps // hparams.checkpoint_every)
-    feedback = [callbacks.ProgressLogger(epochs * hparams.checkpoint_every,
-                                         max_seconds=hparams.max_train_seconds),
-                callbacks.CheckpointAndHistory(manager, history_path),
-                keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50)]
-    if hparams.max_train_seconds:
-        feedback.append(callbacks.TimeBudget(hparams.max_train_seconds))
-    model.fit(train_data, epochs=epochs, initial_epoch=start_epoch,
-              steps_per_epoch=hparams.checkpoint_every, validation_data=eval_data, verbose=0,
-              callbacks=feedback)
-
-    export.export_translator(model, tf_transform_output, hparams, fn_args.serving_model_dir)
+        write_dir = checkpoint_dir if chief else os.path.join(
+            checkpoint_dir, f".{devices.worker_name(strategy)}-temp")
+        manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=2 if chief else 1)
+    history_path = os.path.join(checkpoint_dir, HISTORY_FILE)
+    step = int(model.optimizer.iterations.numpy())
+    if step < hparams.train_steps:
+        feedback = [callbacks.ProgressLogger(hparams.train_steps,
+                                             max_seconds=hparams.max_train_seconds),
+                    callbacks.CheckpointAndHistory(manager, history_path, keep=chief),
+                    callbacks.StopTraining(hparams.train_steps, hparams.max_train_seconds,
+                                           strategy)]
+        if chief:
+            feedback.append(keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50))
+        model.fit(_train_data(fn_args, tf_transform_output, hparams),
+                  epochs=-(-hparams.train_steps // hparams.checkpoint_every),
+                  initial_epoch=step // hparams.checkpoint_every,
+                  steps_per_epoch=hparams.checkpoint_every,
+                  validation_data=validation_dataset(fn_args.eval_files, tf_transform_output,
+                                                     hparams),
+                  verbose=0, callbacks=feedback)
+    if not chief:
+        _LOG.info("Worker %s finished; the chief exports the model.",
+                  devices.worker_name(strategy))
+        return
+    export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
+                             fn_args.serving_model_dir)
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
                           (HPARAMS_FILE, dataclasses.asdict(hparams))):
         with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, name), "w") as f:

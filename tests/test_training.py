@@ -1,0 +1,113 @@
+"""Training-loop settings: precision choice, exact step counts, checkpoints, progress ETA."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module import callbacks, devices, optimization
+from trainer_module.hparams import PRECISIONS, HParams, get_profile
+
+
+@pytest.mark.parametrize("precision, gpus, cpu_bfloat16, chosen", [
+    ("auto", 1, False, "mixed_float16"),
+    ("auto", 0, True, "mixed_bfloat16"),
+    ("auto", 0, False, "float32"),
+    ("float32", 4, True, "float32"),
+    ("mixed_bfloat16", 0, False, "mixed_bfloat16"),
+])
+def test_precision_resolution(precision, gpus, cpu_bfloat16, chosen):
+    assert devices.resolve_precision(precision, gpus, cpu_bfloat16)[0] == chosen
+
+
+def test_float16_on_a_cpu_is_allowed_with_a_reason():
+    precision, reason = devices.resolve_precision("mixed_float16", 0, True)
+    assert precision == "mixed_float16" and "emulated" in reason
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ("fpu sse avx512f amx_bf16 amx_tile", True),
+    ("fpu avx512f avx512_bf16", True),
+    ("fpu avx2 avx512f amx_tile", False),
+])
+def test_cpu_bfloat16_units_are_read_from_cpuinfo(tmp_path, flags, expected):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert devices.cpu_has_bfloat16_units(str(cpuinfo)) is expected
+    assert devices.cpu_has_bfloat16_units(str(tmp_path / "missing")) is False
+
+
+def test_fit_to_devices_resolves_and_logs_the_precision(caplog):
+    with caplog.at_level(logging.INFO, logger="trainer_module.devices"):
+        hparams = devices.fit_to_devices(get_profile("base"))
+    assert hparams.precision in PRECISIONS and hparams.precision != "auto"
+    assert not hparams.use_xla  # no GPU here
+    assert f"Training precision: {hparams.precision} (auto: " in caplog.text
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(ValueError, match="precision must be one of float32, mixed_float16"):
+        HParams(precision="fp8")
+
+
+def test_only_float16_scales_the_loss():
+    hparams = get_profile("smoke")
+    for precision, scaled in (("mixed_float16", True), ("mixed_bfloat16", False),
+                              ("float32", False)):
+        optimizer = optimization.make_optimizer(dataclasses.replace(hparams, precision=precision))
+        assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) is scaled
+
+
+def test_training_stops_at_exactly_the_requested_steps(tmp_path):
+    """700 steps with checkpoints every 500 used to train 1,000 (epochs rounded up)."""
+    train_steps, checkpoint_every = 30, 20
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer="sgd", loss="mse")
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer), str(tmp_path), 5)
+    history = os.path.join(tmp_path, "history.json")
+    data = tf.data.Dataset.from_tensors((np.ones([4, 2]), np.ones([4, 1]))).repeat()
+    model.fit(data, epochs=-(-train_steps // checkpoint_every), steps_per_epoch=checkpoint_every,
+              verbose=0, callbacks=[callbacks.CheckpointAndHistory(manager, history),
+                                    callbacks.StopTraining(train_steps)])
+    assert int(model.optimizer.iterations.numpy()) == train_steps
+    with open(history) as f:
+        assert [entry["step"] for entry in json.load(f)] == [20, 30]
+    assert [os.path.basename(p) for p in manager.checkpoints] == ["ckpt-20", "ckpt-30"]
+
+
+def test_non_chief_checkpoints_are_written_then_deleted(tmp_path):
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer="sgd", loss="mse")
+    temp = os.path.join(tmp_path, ".worker-1-temp")
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), temp, 1)
+    history = os.path.join(tmp_path, "history.json")
+    model.fit(np.ones([4, 2]), np.ones([4, 1]), epochs=2, verbose=0,
+              callbacks=[callbacks.CheckpointAndHistory(manager, history, keep=False)])
+    assert os.listdir(tmp_path) == []  # nothing kept, no history
+
+
+def test_progress_eta_leaves_out_the_slow_first_step(monkeypatch, caplog):
+    """The first step (tracing, filling the shuffle buffer) took 100 s, the next ones 1 s."""
+    clock = iter([0.0, 100.0] + [100.0 + i for i in range(1, 11)])
+    monkeypatch.setattr(callbacks, "time", types.SimpleNamespace(time=lambda: next(clock)))
+    iterations = tf.Variable(0, dtype=tf.int64)
+    logger = callbacks.ProgressLogger(total_steps=100, every_s=5.0)
+    logger.set_model(types.SimpleNamespace(optimizer=types.SimpleNamespace(
+        iterations=iterations)))
+    with caplog.at_level(logging.INFO, logger="trainer_module.callbacks"):
+        logger.on_train_begin()
+        logger.on_epoch_begin(0)
+        for step in range(1, 12):
+            iterations.assign(step)
+            logger.on_train_batch_end(step - 1, {"loss": 1.0})
+    assert "Training step 1/" not in caplog.text  # no ETA from the first step alone
+    assert "Training step 2/100 (2%)" in caplog.text
+    assert "ETA 1m38s" in caplog.text  # 98 steps left at 1 s each, not at ~50 s each
