@@ -21,7 +21,7 @@ from pipeline import data_source, logs, run_lock
 from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.metadata_cli import add_metadata_parser, add_report_parser
 from pipeline.translate import TranslateError
-from trainer_module.hparams import DEFAULT_TOKENIZER, TOKENIZERS
+from trainer_module.hparams import DEFAULT_TOKENIZER, PRECISIONS, TOKENIZERS
 
 
 def _split_percentages(text: str) -> tuple[int, int, int]:
@@ -84,6 +84,10 @@ def _add_run_parser(subparsers) -> None:
                      help="stop training after this many seconds (same-time comparisons)")
     run.add_argument("--train-steps", type=int, default=None,
                      help="training steps (default: the profile's)")
+    run.add_argument("--precision", choices=PRECISIONS, default=None,
+                     help="training precision (default: the profile's); auto: mixed_float16 "
+                          "on GPUs, mixed_bfloat16 on CPUs with AMX/AVX512-BF16, else float32. "
+                          "The exported model is float32 whatever trained it")
     run.add_argument("--min-bleu", type=float, default=None,
                      help="bless only models with at least this BLEU (default per profile: "
                           + ", ".join(f"{k} {v}" for k, v in config_lib.MIN_BLEU.items()) + ")")
@@ -104,7 +108,8 @@ def _run(args: argparse.Namespace) -> int:
     config = config_lib.PipelineConfig(
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
-        profile=args.profile, train_steps=args.train_steps, min_bleu=args.min_bleu,
+        profile=args.profile, train_steps=args.train_steps, precision=args.precision,
+        min_bleu=args.min_bleu,
         tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_train_seconds=args.max_train_seconds,
         whole_numbers=args.whole_numbers, split_elisions=args.split_elisions,
         joint_vocabulary=args.joint_vocabulary, wordpiece_min_count=args.wordpiece_min_count,
