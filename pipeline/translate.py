@@ -16,12 +16,18 @@ class TranslateError(RuntimeError):
 
 
 def resolve_model_dir(path: str) -> str:
-    """A SavedModel directory, or a serving directory whose newest integer version is used."""
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return path
-    from components import atomic_pusher  # imports TFX: not when the CLI merely starts
+    """A SavedModel directory, or a serving directory whose newest complete version is used.
 
-    versions = atomic_pusher.pushed_versions(path) if os.path.isdir(path) else []
+    Through tf.io.gfile, so the Kubeflow pipeline's gs://BUCKET/.../serving/nmt-fra-eng works
+    as well as a local directory.
+    """
+    import tensorflow as tf  # heavy: not when the CLI merely starts
+
+    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    from components import atomic_pusher  # imports TFX
+
+    versions = atomic_pusher.pushed_versions(path) if tf.io.gfile.isdir(path) else []
     if not versions:
         raise TranslateError(f"No pushed model in {path}: run the pipeline first "
                              "(`nmt run`) or pass --model PATH to a SavedModel.")

@@ -1,6 +1,7 @@
 """Runs a compiled KFP v2 PipelineSpec here, task by task, as Kubeflow Pipelines' backend would.
 
-For each task of `root.dag.tasks`, in dependency order, it does what KFP's driver
+For each task of `root.dag.tasks`, as soon as the tasks it depends on are done (independent
+ones at the same time, in threads), it does what KFP's driver
 (kubeflow/pipelines backend/src/v2/driver: container.go, resolve.go, driver.go
 provisionOutputs, cache.go) and launcher (backend/src/v2/component/launcher_v2.go) do:
 
@@ -29,13 +30,14 @@ an error, as on a KFP cluster.
 Simplified, and said so here: the pipeline root is a local directory and URIs are local
 paths (on a cluster a gs:// or minio:// root is mounted or copied under /gcs/, /minio/...);
 ML Metadata and KFP's cache database are one JSON file in the pipeline root (`_Store`); a
-resolver query returns the newest matching artifact; tasks run one at a time, not in
-parallel; container resources, the image itself and Kubernetes are not involved (the command
-runs with this venv's `python` first on PATH); an `importer` task is refused (this pipeline
-compiles none); conditions, loops and sub-DAGs are not supported.
+resolver query returns the newest matching artifact; container resources, the image itself
+and Kubernetes are not involved (the command runs with this venv's `python` first on PATH);
+output parameter files go under the task root, not /tmp/kfp/outputs; an `importer` task is
+refused (this pipeline compiles none); conditions, loops and sub-DAGs are not supported.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -43,8 +45,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import uuid
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import yaml
 from google.protobuf import json_format, struct_pb2
@@ -85,18 +88,25 @@ class _Store:
 
     def __init__(self, pipeline_root: str) -> None:
         self.path = os.path.join(pipeline_root, _STORE_FILE)
+        self.lock = threading.Lock()  # tasks run in threads
         self.data: dict[str, Any] = {"artifacts": [], "cache": {}}
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as f:
                 self.data = json.load(f)
 
     def save(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         with open(self.path, "w", encoding="utf-8") as f:
             json.dump(self.data, f)
 
     def record(self, fingerprint: str | None, outputs: Mapping[str, list[pb.RuntimeArtifact]],
                parameters: Mapping[str, Any]) -> None:
         """Names each new artifact (as MLMD gives it an id) and remembers the execution."""
+        with self.lock:
+            self._record(fingerprint, outputs, parameters)
+
+    def _record(self, fingerprint: str | None, outputs: Mapping[str, list[pb.RuntimeArtifact]],
+                parameters: Mapping[str, Any]) -> None:
         for artifacts in outputs.values():
             for artifact in artifacts:
                 artifact.name = f"local/artifacts/{len(self.data['artifacts']) + 1}"
@@ -151,18 +161,6 @@ def _schema_title(artifact_type: Mapping[str, str]) -> str:
     return yaml.safe_load(artifact_type["instanceSchema"])["title"]
 
 
-def _topological(tasks: Mapping[str, pb.PipelineTaskSpec]) -> Iterator[str]:
-    done: set[str] = set()
-    while len(done) < len(tasks):
-        ready = sorted(name for name, task in tasks.items()
-                       if name not in done and set(task.dependent_tasks) <= done)
-        if not ready:
-            raise LauncherError(f"tasks {sorted(set(tasks) - done)} depend on each other")
-        for name in ready:
-            done.add(name)
-            yield name
-
-
 def _with_upstream(tasks: Mapping[str, pb.PipelineTaskSpec], name: str) -> set[str]:
     if name not in tasks:
         raise LauncherError(f"the pipeline has no task {name!r}")
@@ -204,12 +202,23 @@ class LocalPipelineRun:
         return values
 
     def run(self, only: str | None = None) -> dict[str, TaskRun]:
-        """Runs every task in dependency order, or only task `only` and what it depends on."""
+        """Runs every task (or only task `only` and what it depends on) as KFP schedules them:
+        each as soon as the tasks it depends on are done, independent ones at the same time."""
         tasks = self.spec.root.dag.tasks
         wanted = set(tasks) if only is None else _with_upstream(tasks, only)
-        for name in _topological(tasks):
-            if name in wanted:
-                self.tasks[name] = self._run_task(name)
+        with concurrent.futures.ThreadPoolExecutor() as pool:
+            running: dict[concurrent.futures.Future, str] = {}
+            while len(self.tasks) < len(wanted):
+                for name in sorted(wanted - set(self.tasks) - set(running.values())):
+                    if set(tasks[name].dependent_tasks) <= set(self.tasks):
+                        running[pool.submit(self._run_task, name)] = name
+                if not running:
+                    raise LauncherError(f"tasks {sorted(wanted - set(self.tasks))} depend on "
+                                        "each other")
+                done, _ = concurrent.futures.wait(
+                    running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    self.tasks[running.pop(future)] = future.result()
         return self.tasks
 
     def _run_task(self, name: str) -> TaskRun:
