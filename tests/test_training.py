@@ -111,3 +111,32 @@ def test_progress_eta_leaves_out_the_slow_first_step(monkeypatch, caplog):
     assert "Training step 1/" not in caplog.text  # no ETA from the first step alone
     assert "Training step 2/100 (2%)" in caplog.text
     assert "ETA 1m38s" in caplog.text  # 98 steps left at 1 s each, not at ~50 s each
+
+
+def test_the_exported_weights_are_the_moving_average():
+    """With ema_momentum the model that gets exported holds the average of the weights over
+    the steps (Keras' optimizer EMA), not the last step's weights."""
+    from trainer_module import export
+    from trainer_module.task import _build_keras_model
+
+    momentum = 0.6
+    hparams = dataclasses.replace(get_profile("smoke"), dropout_rate=0.0, ema_momentum=momentum,
+                                  warmup_steps=2).with_vocab_sizes(30, 40)
+    tf.random.set_seed(3)
+    model = _build_keras_model(hparams)
+    rng = np.random.default_rng(3)
+    source, target = rng.integers(4, 30, [8, 6]), rng.integers(4, 40, [8, 7])
+    data = tf.data.Dataset.from_tensors(((source, target), target)).repeat()
+    expected = [v.numpy() for v in model.trainable_variables]
+    raw = []
+
+    def average(batch, logs) -> None:
+        raw[:] = [v.numpy() for v in model.trainable_variables]
+        expected[:] = [momentum * e + (1 - momentum) * r for e, r in zip(expected, raw)]
+
+    model.fit(data, steps_per_epoch=6, verbose=0,
+              callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=average)])
+    exported = export.float32_copy(model).trainable_variables
+    for got, want in zip(exported, expected):
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-6)
+    assert not all(np.allclose(g.numpy(), r) for g, r in zip(exported, raw))

@@ -51,6 +51,9 @@ class HParams:
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
     adam_epsilon: float = 1e-9
+    # >0: the optimizer keeps an exponential moving average of the weights (Keras' use_ema),
+    # and that average, not the last noisy weights, is what gets exported.
+    ema_momentum: float = 0.0
 
     # Training loop and data.
     # Per replica (GPU or CPU worker): sentences x padded length of the longer side. N replicas
@@ -97,6 +100,8 @@ class HParams:
             raise ValueError("dropout_rate and label_smoothing must be in [0, 1)")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
+        if not 0.0 <= self.ema_momentum < 1.0:
+            raise ValueError(f"ema_momentum must be in [0, 1), got {self.ema_momentum}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
                              f"got {self.precision!r}")

@@ -76,13 +76,15 @@ def bucket_lengths(hparams: HParams) -> list[int]:
 
 
 def batch_pairs(pairs: tf.data.Dataset, hparams: HParams, bucketing: bool = True,
-                pad_to: int | None = None) -> tf.data.Dataset:
+                pad_to: int | None = None, pad_to_boundary: bool | None = None
+                ) -> tf.data.Dataset:
     """Batches of ~hparams.batch_tokens tokens.
 
     bucketing=True groups pairs of similar length. Without XLA each batch is padded only to its
     longest pair (dynamic padding); with XLA (hparams.use_xla) to its bucket's length, so there
     is one batch shape per bucket and XLA compiles a handful of programs instead of one per
-    batch. bucketing=False pads every pair to `pad_to` (the seeds' way, for benchmarks).
+    batch (pad_to_boundary: None follows hparams.use_xla). bucketing=False pads every pair to
+    `pad_to` (the seeds' way, for benchmarks).
     """
     pairs = pairs.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
     if not bucketing:
@@ -97,22 +99,25 @@ def batch_pairs(pairs: tf.data.Dataset, hparams: HParams, bucketing: bool = True
     return pairs.bucket_by_sequence_length(
         _pair_length, bucket_boundaries=[b + 1 for b in lengths],
         bucket_batch_sizes=sizes + sizes[-1:], padding_values=PAD_ID,
-        pad_to_bucket_boundary=hparams.use_xla)
+        pad_to_bucket_boundary=hparams.use_xla if pad_to_boundary is None else pad_to_boundary)
 
 
 def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTransformOutput,
                  hparams: HParams, training: bool, bucketing: bool | None = None,
-                 seed: int | None = None, shard: tuple[int, int] = (1, 0)) -> tf.data.Dataset:
+                 seed: int | None = None, shard: tuple[int, int] = (1, 0),
+                 pad_to_boundary: bool | None = None) -> tf.data.Dataset:
     """Training: cached, shuffled (hparams.shuffle_pairs, seed hparams.seed), repeated forever.
     Evaluation: one ordered pass.
 
-    bucketing: None follows hparams.bucketing. shard: see `read_pairs`."""
+    bucketing: None follows hparams.bucketing. shard: see `read_pairs`. pad_to_boundary: see
+    `batch_pairs`."""
     pairs = read_pairs(file_pattern, tf_transform_output, hparams, shard).cache()
     if training:
         pairs = pairs.shuffle(hparams.shuffle_pairs, seed=hparams.seed if seed is None else seed,
                               reshuffle_each_iteration=True).repeat()
     bucketing = hparams.bucketing if bucketing is None else bucketing
-    return batch_pairs(pairs, hparams, bucketing).prefetch(tf.data.AUTOTUNE)
+    return batch_pairs(pairs, hparams, bucketing, pad_to_boundary=pad_to_boundary).prefetch(
+        tf.data.AUTOTUNE)
 
 
 def validation_dataset(file_pattern: str | Sequence[str],

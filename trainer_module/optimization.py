@@ -121,18 +121,22 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
-    """Adam(0.9, 0.98, 1e-9 by default) on the warm-up schedule; loss-scaled under float16.
+    """Adam(0.9, 0.98, 1e-9 by default) on the warm-up schedule; loss-scaled under float16;
+    with a moving average of the weights if hparams.ema_momentum > 0.
 
     Keras' fit scales the loss itself; a custom train step under mixed precision must call
     get_scaled_loss / get_unscaled_gradients.
     """
+    averaging = dict(use_ema=hparams.ema_momentum > 0,
+                     ema_momentum=hparams.ema_momentum or 0.99)  # Keras wants a valid value
     if hparams.optimizer == "rmsprop":  # the seeds' recipe: Keras defaults, no schedule
-        optimizer = keras.optimizers.RMSprop()
+        optimizer = keras.optimizers.RMSprop(**averaging)
     else:
         optimizer = keras.optimizers.Adam(
             learning_rate=TransformerSchedule(
                 hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale),
-            beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon)
+            beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon,
+            **averaging)
     if hparams.precision == "mixed_float16":  # bfloat16 has float32's range: no scaling
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     return optimizer

@@ -62,7 +62,8 @@ def _checkpoint_dir(fn_args: tfx.components.FnArgs, hparams: hparams_lib.HParams
 
 
 def _build_keras_model(hparams: hparams_lib.HParams) -> Transformer:
-    """The compiled model, its variables created (so a checkpoint restores into them at once)."""
+    """The compiled model, its and the optimizer's variables created (so a checkpoint restores
+    into them at once, even when no training step follows)."""
     model = Transformer(hparams)
     model((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
     model.compile(
@@ -70,6 +71,7 @@ def _build_keras_model(hparams: hparams_lib.HParams) -> Transformer:
         loss=GlobalTokenMeanLoss(hparams.label_smoothing),
         metrics=[MaskedAccuracy(), Perplexity(), callbacks.TargetTokens()],
         jit_compile=hparams.use_xla)
+    model.optimizer.build(model.trainable_variables)  # slots (and the average) restore at once
     return model
 
 
@@ -129,6 +131,9 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         _LOG.info("Worker %s finished; the chief exports the model.",
                   devices.worker_name(strategy))
         return
+    # The moving average of the weights, if kept (fit does this too, but not when a re-run
+    # finds training already complete).
+    model.optimizer.finalize_variable_values(model.trainable_variables)
     export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
                              fn_args.serving_model_dir)
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
