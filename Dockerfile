@@ -1,19 +1,31 @@
-# The pipeline's image for Kubeflow Pipelines (and, via --sdk_container_image, Beam workers):
-# TFX 1.16's image plus this package, installed (not editable) with the pins `make venv` uses.
+# The pipeline's image for Kubeflow Pipelines and Vertex AI, and (through the
+# --sdk_container_image that `nmt kubeflow compile` adds for Dataflow) for Beam workers:
+# TFX 1.16's image plus this package, installed into that image's own Python 3.10.
 #
 # Build and push from the repository root, then compile with the same tag:
 #   docker build -t REGISTRY/nmt-fra-eng:TAG .
 #   docker push REGISTRY/nmt-fra-eng:TAG
 #   nmt kubeflow compile --image REGISTRY/nmt-fra-eng:TAG ...
-FROM gcr.io/tfx-oss-public/tfx:1.16.0
+ARG TFX_IMAGE=gcr.io/tfx-oss-public/tfx:1.16.0
 
-# tensorflow[and-cuda] keeps TF at the tested 2.16.2 and brings the CUDA/cuDNN libraries it
-# was built against as wheels, so the Trainer finds the GPU whatever CUDA the base image has.
-# tensorflow-text 2.16.1 and the rest come from setup.py, pinned by constraints.txt.
-# --ignore-requires-python: tfx 1.16.0 declares Python <3.11 (harmless on the image's 3.10).
-COPY . /opt/nmt-src
-RUN python -m pip install --no-cache-dir --ignore-requires-python \
-        -c /opt/nmt-src/constraints.txt /opt/nmt-src "tensorflow[and-cuda]==2.16.2"
+# 1. The wheel (built once; tests/test_kubeflow_image.py checks it carries schemas/schema.pbtxt).
+FROM ${TFX_IMAGE} AS wheel
+COPY . /src
+RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src
 
-# The compiled pipeline names the schema by this path (kubeflow_runner.IMAGE_SCHEMA_FILE).
-COPY schemas/schema.pbtxt /pipeline/schema.pbtxt
+# 2. The image: `python` is the interpreter the compiled spec's commands call
+#    (python -m tfx.orchestration.kubeflow.v2...). The constraints are resolved for Python 3.10
+#    against TFX's own image pins, so kfp, protobuf, google-cloud-aiplatform and TensorFlow stay
+#    the versions the image was tested with; the image's CUDA TensorFlow is kept as it is.
+FROM ${TFX_IMAGE}
+COPY docker/constraints-py310.txt docker/check_image.py /opt/nmt/
+COPY --from=wheel /wheels /opt/nmt/wheels
+RUN python -m pip install --no-cache-dir -c /opt/nmt/constraints-py310.txt \
+        /opt/nmt/wheels/nmt_fra_eng-*.whl \
+    && python -m pip check
+# The compiled pipeline names the schema by this path (kubeflow_runner.IMAGE_SCHEMA_FILE);
+# it is the packaged copy, so the two cannot differ.
+RUN mkdir -p /pipeline \
+    && ln -s "$(python -c 'import schemas; print(schemas.SCHEMA_FILE)')" /pipeline/schema.pbtxt
+# Every executor and module the compiled spec names, and tensorflow_text, import here.
+RUN python /opt/nmt/check_image.py

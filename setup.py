@@ -17,7 +17,7 @@ setup(
         "tensorflow-data-validation==1.16.1",
         "tf-keras",
         "apache-beam[gcp]",
-        "kfp>=2.6",
+        "kfp>=2.5",  # 2.5.0 is what the TFX 1.16 image (docker/constraints-py310.txt) has
         "sacrebleu",
         "matplotlib",
     ],

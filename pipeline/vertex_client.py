@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import logging
 from typing import Any, Iterator, Mapping
 
 from google.api_core import exceptions as api_exceptions
@@ -89,12 +88,7 @@ def _now() -> datetime.datetime:
 
 @contextlib.contextmanager
 def _vertex_call(endpoint: VertexEndpoint, what: str) -> Iterator[None]:
-    """One line per failure. aiplatform logs an exception when it cannot check or create the
-    pipeline root's bucket and goes on; that is left to its log (`nmt -v` shows it)."""
-    quiet = logging.getLogger("google.cloud.aiplatform")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL if not logging.getLogger().isEnabledFor(logging.DEBUG)
-                   else level)
+    """One line per failure. (aiplatform logs its own progress and links, which are kept.)"""
     where = endpoint.api_endpoint or f"{endpoint.region}-aiplatform.googleapis.com"
     try:
         yield
@@ -106,5 +100,3 @@ def _vertex_call(endpoint: VertexEndpoint, what: str) -> Iterator[None]:
                        "application-default login` or use a service account") from None
     except (api_exceptions.RetryError, OSError) as err:
         raise KfpError(f"cannot reach Vertex AI at {where} ({what}): {err}") from None
-    finally:
-        quiet.setLevel(level)
