@@ -21,6 +21,7 @@ from pipeline import data_source, logs, run_lock
 from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.metadata_cli import add_metadata_parser, add_report_parser
 from pipeline.translate import TranslateError
+from trainer_module import hparams as hparams_lib
 from trainer_module.hparams import DEFAULT_TOKENIZER, PRECISIONS, TOKENIZERS
 
 
@@ -84,6 +85,10 @@ def _add_run_parser(subparsers) -> None:
                      help="stop training after this many seconds (same-time comparisons)")
     run.add_argument("--train-steps", type=int, default=None,
                      help="training steps (default: the profile's)")
+    run.add_argument("--hparam", dest="hparams", action="append", type=_hparam, default=[],
+                     metavar="NAME=VALUE",
+                     help="override one hyperparameter of the profile, repeatable, e.g. "
+                          "--hparam ema_momentum=0.995 --hparam shuffle_pairs=200000")
     run.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="training precision (default: the profile's); auto: mixed_float16 "
                           "on GPUs, mixed_bfloat16 on CPUs with AMX/AVX512-BF16, else float32. "
@@ -100,6 +105,13 @@ def _add_run_parser(subparsers) -> None:
     run.set_defaults(handler=_run)
 
 
+def _hparam(text: str) -> tuple[str, object]:
+    try:
+        return hparams_lib.parse_override(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     data_path = data_source.resolve_data_path(args.data)
     kwargs = {}
@@ -109,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
         profile=args.profile, train_steps=args.train_steps, precision=args.precision,
-        min_bleu=args.min_bleu,
+        hparams=dict(args.hparams), min_bleu=args.min_bleu,
         tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_train_seconds=args.max_train_seconds,
         whole_numbers=args.whole_numbers, split_elisions=args.split_elisions,
         joint_vocabulary=args.joint_vocabulary, wordpiece_min_count=args.wordpiece_min_count,

@@ -50,6 +50,7 @@ class PipelineConfig:
     train_steps: int | None = None  # None: the profile's
     max_train_seconds: float | None = None  # stop training after this long (benchmarks)
     precision: str | None = None  # None: the profile's (hparams.PRECISIONS)
+    hparams: dict[str, Any] = dataclasses.field(default_factory=dict)  # profile overrides
     min_bleu: float | None = None  # None: MIN_BLEU[profile]
     max_metric_drop: float = DEFAULT_MAX_METRIC_DROP
     beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
@@ -106,7 +107,8 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         train_args=tfx.proto.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config={"profile": config.profile, "checkpoint_root": config.checkpoint_root,
                         "max_train_seconds": config.max_train_seconds,
-                        "precision": config.precision, "code_version": code_version()},
+                        "precision": config.precision, "hparams": config.hparams,
+                        "code_version": code_version()},
         min_bleu=config.bleu_threshold,
         max_metric_drop=config.max_metric_drop,
         serving_dir=config.serving_dir,

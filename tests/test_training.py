@@ -140,3 +140,18 @@ def test_the_exported_weights_are_the_moving_average():
     for got, want in zip(exported, expected):
         np.testing.assert_allclose(got.numpy(), want, atol=1e-6)
     assert not all(np.allclose(g.numpy(), r) for g, r in zip(exported, raw))
+
+
+def test_hparam_overrides_are_typed_and_checked():
+    from trainer_module.hparams import parse_override, with_overrides
+
+    assert parse_override("shuffle_pairs=200000") == ("shuffle_pairs", 200000)
+    assert parse_override(" use_xla = false ") == ("use_xla", False)
+    changed = with_overrides(get_profile("cpu"), {"ema_momentum": "0.995", "precision": "auto"})
+    assert changed.ema_momentum == 0.995 and changed.precision == "auto"
+    with pytest.raises(ValueError, match="NAME one of num_layers, .*; got 'source_vocab_size=9'"):
+        parse_override("source_vocab_size=9")  # derived from the vocabularies, not settable
+    with pytest.raises(ValueError, match="--hparam d_model takes an integer, got '2.5'"):
+        parse_override("d_model=2.5")
+    with pytest.raises(ValueError, match="ema_momentum must be in"):
+        with_overrides(get_profile("cpu"), {"ema_momentum": 1.5})

@@ -158,3 +158,33 @@ def get_profile(name: str) -> HParams:
         raise ValueError(
             f"unknown hyperparameter profile {name!r}; valid names: {', '.join(sorted(PROFILES))}"
         ) from None
+
+
+# Set from the vocabulary files at training time, never by hand.
+_DERIVED = ("source_vocab_size", "target_vocab_size")
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def parse_override(text: str) -> tuple[str, bool | int | float | str]:
+    """'ema_momentum=0.999' -> ('ema_momentum', 0.999), typed as the HParams field is."""
+    name, sep, value = text.partition("=")
+    fields = {f.name: f for f in dataclasses.fields(HParams) if f.name not in _DERIVED}
+    if not sep or name.strip() not in fields:
+        raise ValueError(f"--hparam takes NAME=VALUE with NAME one of {', '.join(fields)}; "
+                         f"got {text!r}")
+    name, value = name.strip(), value.strip()
+    kind = type(getattr(HParams(), name))
+    try:
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(value)
+            return name, value.lower() in ("true", "1")
+        return name, kind(value)
+    except ValueError:
+        raise ValueError(f"--hparam {name} takes {_KINDS[kind]}, got {value!r}") from None
+
+
+def with_overrides(hparams: HParams, overrides: dict[str, object]) -> HParams:
+    """hparams with the named fields replaced (validated by HParams itself)."""
+    return dataclasses.replace(hparams, **dict(parse_override(f"{name}={value}")
+                                               for name, value in overrides.items()))

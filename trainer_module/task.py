@@ -2,7 +2,8 @@
 
 Referenced by module path (`trainer_module.task`), so the same code runs locally and in the
 Kubeflow container. custom_config: {"profile": name, "checkpoint_root": dir, "max_train_seconds":
-s, "precision": one of hparams.PRECISIONS} (all but the profile optional).
+s, "precision": one of hparams.PRECISIONS, "hparams": {field: value}} (all but the profile
+optional).
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ HPARAMS_FILE = "hparams.json"
 
 def _hparams(fn_args: tfx.components.FnArgs,
              tf_transform_output: tft.TFTransformOutput) -> hparams_lib.HParams:
-    """The profile with the Trainer's overrides (steps, time budget, precision), the real
-    vocabulary sizes, and the precision resolved for this machine."""
+    """The profile with the Trainer's overrides (steps, time budget, precision, any field by
+    name), the real vocabulary sizes, and the precision resolved for this machine."""
     config = fn_args.custom_config or {}
     hparams = hparams_lib.get_profile(config.get("profile", "smoke"))
     if fn_args.train_steps:
@@ -41,7 +42,7 @@ def _hparams(fn_args: tfx.components.FnArgs,
             checkpoint_every=min(hparams.checkpoint_every, fn_args.train_steps))
     overrides = {key: config[key] for key in ("max_train_seconds", "precision")
                  if config.get(key)}
-    hparams = dataclasses.replace(hparams, **overrides)
+    hparams = hparams_lib.with_overrides(hparams, {**overrides, **(config.get("hparams") or {})})
     return devices.fit_to_devices(hparams.with_vocab_sizes(*vocab_sizes(tf_transform_output)))
 
 
