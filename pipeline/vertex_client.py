@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import re
 from typing import Any, Iterator, Mapping
 
 from google.api_core import exceptions as api_exceptions
@@ -93,8 +94,9 @@ def _vertex_call(endpoint: VertexEndpoint, what: str) -> Iterator[None]:
     try:
         yield
     except api_exceptions.GoogleAPICallError as err:
-        raise KfpError(f"Vertex AI ({where}) refused {what}: {err.code} "
-                       f"{' '.join(str(err.message).split())}") from None
+        # The REST transport prefixes the server's message with "METHOD URL: ".
+        message = re.sub(r"^[A-Z]+ \S+: ", "", " ".join(str(err.message).split()))
+        raise KfpError(f"Vertex AI ({where}) refused {what}: {err.code} {message}") from None
     except auth_exceptions.GoogleAuthError as err:
         raise KfpError(f"no Google credentials for Vertex AI ({what}): {err}; run `gcloud auth "
                        "application-default login` or use a service account") from None
