@@ -163,13 +163,17 @@ def main() -> None:
     parser.add_argument("--min-count", type=int, default=3,
                         help="wordpiece_min_count of the last setting (default of the others: 10)")
     parser.add_argument("--split", default="eval", help="split to tokenize")
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
+                        help="run only these (each is ~3.5 CPU-minutes: a full Transform "
+                             "analysis; all five take ~17)")
     args = parser.parse_args()
     if not args.data:
         parser.error("pass --data or set FRA_TXT")
     splits = read_splits(args.data)
     results = {"data": os.path.abspath(args.data), "split": args.split,
                "examples": {name: len(rows) for name, rows in splits.items()}, "settings": {}}
-    for name, overrides in SETTINGS.items():
+    for name in args.settings:
+        overrides = SETTINGS[name]
         config = {**overrides, **({"wordpiece_min_count": args.min_count}
                                   if name.endswith("min_count") else {})}
         start = time.monotonic()

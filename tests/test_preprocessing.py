@@ -205,6 +205,16 @@ def test_wordpiece_min_count_lets_rarer_pieces_in():
     assert "maison" in lower and set(default) < set(lower)
 
 
+
+def test_wordpiece_vocabulary_is_capped_when_the_learner_overshoots():
+    counts = collections.Counter({w: 3 for w in (b"chat", b"chien", b"maison", b"voiture")})
+    characters = {p for p in pp.learn_wordpiece(counts, 1000, min_count=3)
+                  if len(p.removeprefix("##")) == 1}
+    size = len(characters) + 3  # the learner's search stops at min_count 3 with more pieces
+    pieces = pp.learn_wordpiece(counts, size, min_count=3)
+    assert len(pieces) == size and characters < set(pieces)  # every word stays spellable
+
+
 @pytest.mark.parametrize("config, message", [
     ({"whole_numbers": "yes"}, "whole_numbers must be true or false, got 'yes'"),
     ({"split_elisions": 1}, "split_elisions must be true or false"),

@@ -238,8 +238,14 @@ def learn_wordpiece(counts: collections.Counter, vocab_size: int,
     word made of seen characters can be spelled. The reserved tokens are not in the file (ids
     put them first)."""
     words = [(w.decode(), c) for w, c in counts.items() if w]
-    return wordpiece.learn(words, vocab_size, reserved_tokens=[], lower_thresh=min_count,
-                           joiner=WORDPIECE_JOINER)
+    pieces = wordpiece.learn(words, vocab_size, reserved_tokens=[], lower_thresh=min_count,
+                             joiner=WORDPIECE_JOINER)
+    # The learner overshoots vocab_size when its threshold search stops at min_count (e.g. 8,139
+    # English pieces at min count 3): drop the rarest longer pieces (the list is characters, then
+    # pieces by count), never a character, so every word stays spellable.
+    longer = [p for p in pieces if len(p.removeprefix(WORDPIECE_JOINER)) > 1]
+    rarest = set(longer[len(longer) - max(0, len(pieces) - vocab_size):])
+    return [p for p in pieces if p not in rarest]
 
 
 def preprocessing_fn(inputs: dict[str, Any], custom_config: dict[str, Any] | None = None
