@@ -51,6 +51,7 @@ class Package:
     name: str
     parameter_types: Mapping[str, str]
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    has_resolvers: bool = False  # compiled with --backend vertex: open-source KFP cannot run it
 
     @classmethod
     def read(cls, path: str) -> Package:
@@ -64,7 +65,9 @@ class Package:
             return cls(path, spec["pipelineInfo"]["name"],
                        {name: p["parameterType"] for name, p in parameters.items()},
                        {name: p["defaultValue"] for name, p in parameters.items()
-                        if "defaultValue" in p})
+                        if "defaultValue" in p},
+                       any("resolver" in executor for executor in
+                           spec.get("deploymentSpec", {}).get("executors", {}).values()))
         except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
             raise KfpError(f"cannot read the compiled pipeline {path!r}: {err}") from None
 

@@ -380,6 +380,10 @@ def _start(args: argparse.Namespace, recurring: bool) -> int:
             cookies=args.cookies, sa_token_path=args.sa_token_path, ui_host=args.ui_host)
         with _package_path(args) as path:
             package = kfp_client.Package.read(path)
+            if package.has_resolvers:
+                raise _UsageError(f"{path} was compiled with --backend vertex: open-source KFP "
+                                  "cannot run its resolver steps; compile it with --backend "
+                                  "kfp, or submit it with --backend vertex")
             params = kfp_client.parameter_values(package, args.param)
             if recurring:
                 started = kfp_client.schedule(endpoint, package, args.experiment, params,

@@ -356,12 +356,15 @@ class LocalPipelineRun:
         os.makedirs(os.path.dirname(executor_input.outputs.output_file), exist_ok=True)
         env = {**os.environ, **self.env, **{e.name: e.value for e in container.env},
                "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-        result = subprocess.run(argv, env=env, capture_output=True, text=True,
-                                cwd=os.path.dirname(executor_input.outputs.output_file))
+        task_root = os.path.dirname(executor_input.outputs.output_file)
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=task_root)
         log = result.stdout + result.stderr
+        log_path = os.path.join(task_root, "launcher.log")  # as KFP keeps each pod's log
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(log)
         if result.returncode != 0:
-            raise LauncherError(f"task {what} exited with status {result.returncode}:\n"
-                                f"{log[-8000:]}")
+            raise LauncherError(f"task {what} exited with status {result.returncode} (log: "
+                                f"{log_path}):\n{log[-8000:]}")
         return log
 
 

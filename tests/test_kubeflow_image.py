@@ -22,8 +22,6 @@ from kfp_launcher import read_spec
 from pipeline import kubeflow_runner
 from test_kubeflow import COMPILE_FLAGS, executors, nmt_kubeflow
 
-pytestmark = pytest.mark.kubeflow
-
 sys.path.insert(0, os.path.join(REPO, "docker"))
 import check_image  # noqa: E402  the Dockerfile's build step
 

@@ -18,8 +18,6 @@ from kfp_launcher import LauncherError, LocalPipelineRun, TaskRun, read_spec
 from pipeline import kfp_client, kubeflow_runner
 from pipeline.config import PipelineConfig
 
-pytestmark = [pytest.mark.kubeflow, pytest.mark.slow]
-
 IMAGE = "nmt-fra-eng:launcher-test"
 EXAMPLE_GEN = "FraTxtExampleGen"
 MODEL_RESOLVER = "latest_blessed_model_resolver-model-resolver"

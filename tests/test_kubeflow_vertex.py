@@ -24,8 +24,6 @@ from google.auth.credentials import AnonymousCredentials
 
 from test_kubeflow import COMPILE_FLAGS, PIPELINE_ROOT, nmt_kubeflow
 
-pytestmark = pytest.mark.kubeflow
-
 PARENT = "projects/nmt-project/locations/europe-west4"
 PROJECT_NUMBER = 123456789
 
@@ -167,6 +165,14 @@ def test_a_refused_vertex_request_is_one_line(vertex_api, vertex_package, capsys
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"nmt: error: Vertex AI ({vertex_api.url}) refused the pipeline job: 403 Permission "
         "'aiplatform.pipelineJobs.create' denied on resource.")
+
+
+def test_a_vertex_package_is_refused_by_open_source_kfp(vertex_package, capsys):
+    assert nmt_kubeflow("submit", "--package", vertex_package, "--host", "http://127.0.0.1:9") == 2
+    assert capsys.readouterr().err == (
+        f"nmt: error: {vertex_package} was compiled with --backend vertex: open-source KFP "
+        "cannot run its resolver steps; compile it with --backend kfp, or submit it with "
+        "--backend vertex\n")
 
 
 def test_vertex_needs_a_project(vertex_package, capsys, monkeypatch):
