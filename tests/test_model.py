@@ -317,6 +317,8 @@ def test_shared_embeddings_are_one_variable_for_source_target_and_output():
     assert len(separate.trainable_variables) == len(shared.trainable_variables) + 1
     with pytest.raises(ValueError, match="shared_embeddings needs one vocabulary"):
         tiny_hparams().with_vocab_sizes(30, 40, shared=True)
+    with pytest.raises(ValueError, match="shared_embeddings needs Transform's joint vocabulary"):
+        dataclasses.replace(get_profile("smoke"), shared_embeddings=True).with_vocab_sizes(40, 40)
 
 
 def test_profiles_and_vocab_sizes():

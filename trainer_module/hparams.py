@@ -114,7 +114,10 @@ class HParams:
     def with_vocab_sizes(self, source_vocab_size: int, target_vocab_size: int,
                          shared: bool = False) -> HParams:
         """A copy with the vocabulary sizes (and whether it is one joint vocabulary) known only
-        once the vocab files exist."""
+        once the vocab files exist. Embeddings are shared exactly when the vocabulary is."""
+        if self.shared_embeddings and not shared:
+            raise ValueError("shared_embeddings needs Transform's joint vocabulary "
+                             "(nmt run --joint-vocab); it is set from the vocabulary, not by hand")
         return dataclasses.replace(
             self, source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size,
             shared_embeddings=shared)
