@@ -101,9 +101,9 @@ class TransformSettings:
 
 def normalize(sentences: tf.Tensor, whole_numbers: bool = DEFAULT_WHOLE_NUMBERS,
               split_elisions: bool = False) -> tf.Tensor:
-    """NFKC, control and format characters removed, punctuation split off words, whitespace collapsed;
-    case kept. Numbers keep their inner separators (`whole_numbers`); French elisions are split
-    off the next word (`split_elisions`).
+    """NFKC, control, format and private-use characters removed, punctuation split off words,
+    whitespace collapsed; case kept. Numbers keep their inner separators (`whole_numbers`);
+    French elisions are split off the next word (`split_elisions`).
 
     RE2 has no lookaround, so "apostrophe/hyphen not followed by a word character" is
     written as explicit token-edge rules.
