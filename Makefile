@@ -1,13 +1,19 @@
-# Two entry points: `make run` (the pipeline) and `make test` (the suite).
-# Both create the virtualenv on first use: Python 3.11, the pinned TFX 1.16 family.
+# Entry points: `make run` (the pipeline), `make test` (the whole suite, as CI runs it) and
+# `make test-fast` (the unit tests, in under two minutes).
+# They create the virtualenv on first use: Python 3.11, the pinned TFX 1.16 family.
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_FLAGS := --ignore-requires-python -c constraints.txt
 # Extra flags for `nmt run`, e.g. make run ARGS="--data ~/fra.txt --profile cpu"
 ARGS ?=
+# Extra flags for pytest, e.g. make test PYTEST_ARGS="-m faults -x"
+PYTEST_ARGS ?=
+# The unit tests: nothing that runs a pipeline, a Kubeflow spec, distributed training or a
+# program outside the venv (markers: pytest.ini, applied in tests/conftest.py).
+FAST_MARKERS := not (pipeline or external or kubeflow or distributed or slow)
 
-.PHONY: venv run test clean chromium mariadb
+.PHONY: venv run test test-fast clean chromium mariadb
 
 venv: $(VENV)/.installed
 
@@ -33,8 +39,12 @@ mariadb:
 		test -x /usr/sbin/mariadbd || test -x /usr/sbin/mysqld || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server)
 
+# The whole suite, as CI runs it (.ci/run), with the 15 slowest tests listed at the end.
 test: venv chromium mariadb
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "$(FAST_MARKERS)" $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) nmt_runs .pytest_cache

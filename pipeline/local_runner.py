@@ -92,7 +92,7 @@ def run(config: PipelineConfig, to_component: str | None = None) -> None:
                            "(finished components are reused).") from err
         finally:
             logging.getLogger("absl").removeHandler(current)
-        if not to_component:
+        if to_component in (None, "Evaluator", "AtomicPusher"):
             log_evaluator_verdict(config.metadata_path)
 
 
@@ -111,9 +111,12 @@ def log_evaluator_verdict(metadata_path: str) -> None:
     blessing = max(blessings, key=lambda a: a.id)
     if blessing.custom_properties["blessed"].int_value:
         return
-    [event] = store.get_events_by_artifact_ids([blessing.id])
+    # The Evaluator's execution wrote both (a cached one re-publishes them later; the Pusher
+    # reads the blessing): the first execution with the blessing as output.
+    execution_id = min(e.execution_id for e in store.get_events_by_artifact_ids([blessing.id])
+                       if e.type == metadata_store_pb2.Event.OUTPUT)
     evaluation = next(a for a in store.get_artifacts_by_id(
-        [e.artifact_id for e in store.get_events_by_execution_ids([event.execution_id])])
+        [e.artifact_id for e in store.get_events_by_execution_ids([execution_id])])
         if a.type == "ModelEvaluation")
     _LOG.warning("The Evaluator did not bless the candidate model: %s.",
                  "; ".join(describe_failures(tfma.load_validation_result(evaluation.uri))))

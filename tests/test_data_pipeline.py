@@ -1,4 +1,8 @@
-"""The data half through LocalDagRunner: ExampleGen -> StatisticsGen -> schema -> validator."""
+"""The data half: ExampleGen -> StatisticsGen -> schema -> validator.
+
+The read-only checks look at the session's smoke pipeline root (conftest.smoke_run) instead
+of a run of their own; the others run `nmt run --to StrictExampleValidator` on small inputs.
+"""
 from __future__ import annotations
 
 import collections
@@ -9,15 +13,14 @@ import subprocess
 import sys
 import time
 
-import pytest
-import tensorflow as tf
 from google.protobuf import json_format
 
 from components.fra_example_gen.executor import read_split
-from conftest import REPO, latest_artifact, open_store, run_nmt
+from helpers import (DATA_HALF, REPO, cached_components, latest_artifact, open_store,
+                     split_bytes)
 
-# These tests are about the data half: stop after validation (the e2e tests train).
-DATA_HALF = ("--to", "StrictExampleValidator")
+UPSTREAM = ("FraTxtExampleGen", "ImportSchemaGen", "StatisticsGen", "StrictExampleValidator",
+            "Transform")
 
 
 def expected_groups(path: str) -> dict[str, list[str]]:
@@ -29,28 +32,17 @@ def expected_groups(path: str) -> dict[str, list[str]]:
     return groups
 
 
-@pytest.fixture(scope="module")
-def sample_run(fra_sample, tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("pipeline_root"))
-    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root, *DATA_HALF)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return root, result
-
-
-def test_examples_are_one_per_english_sentence_with_every_reference(fra_sample, sample_run):
-    root, _ = sample_run
-    examples = latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
-    splits = {split: read_split(examples.uri, split) for split in ("train", "eval", "test")}
+def test_examples_are_one_per_english_sentence_with_every_reference(fra_sample, smoke_run):
+    splits = {split: read_split(smoke_run.examples_uri, split)
+              for split in ("train", "eval", "test")}
     produced = {english: refs for rows in splits.values() for english, refs in rows}
     expected = expected_groups(fra_sample)
     assert sum(len(rows) for rows in splits.values()) == len(expected) == len(produced)
     assert produced == expected  # every reference kept, in file order
 
 
-def test_splits_are_disjoint_by_english_and_near_the_ratios(sample_run):
-    root, _ = sample_run
-    examples = latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
-    english = {split: {e for e, _ in read_split(examples.uri, split)}
+def test_splits_are_disjoint_by_english_and_near_the_ratios(smoke_run):
+    english = {split: {e for e, _ in read_split(smoke_run.examples_uri, split)}
                for split in ("train", "eval", "test")}
     assert not english["train"] & english["eval"]
     assert not english["train"] & english["test"]
@@ -59,9 +51,8 @@ def test_splits_are_disjoint_by_english_and_near_the_ratios(sample_run):
     assert abs(len(english["train"]) / total - 0.8) < 0.05
 
 
-def test_parse_report_is_recorded_in_the_artifact_and_the_log(fra_sample, sample_run):
-    root, result = sample_run
-    examples = latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
+def test_parse_report_is_recorded_in_the_artifact_and_the_log(fra_sample, smoke_run):
+    examples = latest_artifact(open_store(smoke_run.root), "Examples", "FraTxtExampleGen")
     with open(os.path.join(examples.uri, "parse_report.json")) as f:
         report = json.load(f)
     lines = open(fra_sample, "rb").read().count(b"\n")
@@ -69,23 +60,24 @@ def test_parse_report_is_recorded_in_the_artifact_and_the_log(fra_sample, sample
     assert report["lines_rejected"] == 0
     assert examples.custom_properties["lines_read"].int_value == lines
     assert examples.custom_properties["input_sha256"].string_value == report["input"]["sha256"]
-    assert f"read {lines} lines" in result.stderr
-    assert "Component StrictExampleValidator is finished." in result.stderr
+    assert f"read {lines} lines" in smoke_run.killed_log  # the first run executed ExampleGen
+    assert "Component StrictExampleValidator is finished." in smoke_run.killed_log
 
 
-def test_validation_passes_on_real_data(sample_run):
-    root, _ = sample_run
-    store = open_store(root)
-    anomalies = latest_artifact(store, "ExampleAnomalies")
+def test_validation_passes_on_real_data(smoke_run):
+    anomalies = latest_artifact(open_store(smoke_run.root), "ExampleAnomalies",
+                                "StrictExampleValidator")  # Transform writes some too
     blessed = json_format.MessageToDict(anomalies.custom_properties["blessed"].struct_value)
     assert blessed == {"train": 1, "eval": 1, "test": 1}
 
 
-def test_rerun_on_unchanged_input_is_cached(fra_sample, sample_run):
-    root, _ = sample_run
-    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root, *DATA_HALF)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stderr.count("A cached execution") == 4
+def test_rerun_on_unchanged_input_is_cached(smoke_rerun):
+    """The smoke root's third run changes only the Trainer's steps: the data half and
+    Transform come from the cache."""
+    for component in UPSTREAM:
+        assert f"Component {component} is running." in smoke_rerun.stderr
+    assert cached_components(smoke_rerun.stderr) == len(UPSTREAM)
+    assert "fra.txt ExampleGen: read" not in smoke_rerun.stderr  # the executor never ran
 
 
 BAD_LINES = (b"\xef\xbb\xbfGo.\tVa !\r\n"  # BOM + CRLF: kept
@@ -100,13 +92,13 @@ BAD_LINES = (b"\xef\xbb\xbfGo.\tVa !\r\n"  # BOM + CRLF: kept
              + b"Hi.\tSalut !\tCC-BY 2.0 (France) Attribution: tatoeba.org\n")
 
 
-def test_bad_lines_are_counted_not_fatal(tmp_path):
+def test_bad_lines_are_counted_not_fatal(tmp_path, nmt_pipeline):
     data = tmp_path / "data" / "fra.txt"
     data.parent.mkdir()
     data.write_bytes(BAD_LINES + "".join(f"Sentence {i}.\tPhrase {i}.\n" for i in range(60))
                      .encode())
     root = str(tmp_path / "root")
-    result = run_nmt("run", "--data", str(data), "--pipeline-root", root, *DATA_HALF)
+    result = nmt_pipeline("--data", str(data), "--pipeline-root", root, *DATA_HALF)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(latest_artifact(open_store(root), "Examples", "FraTxtExampleGen")
                         .custom_properties["parse_report"].string_value)
@@ -119,12 +111,12 @@ def test_bad_lines_are_counted_not_fatal(tmp_path):
     assert "rejected 8 [blank_line: 1 (e.g. line 2)" in result.stderr
 
 
-def test_anomaly_stops_the_pipeline_before_transform(tmp_path):
+def test_anomaly_stops_the_pipeline_before_transform(tmp_path, nmt_pipeline):
     """A file concatenated with itself many times: 'Go.' gets 70 references (schema max 64)."""
     data = tmp_path / "fra.txt"
     data.write_bytes(b"Go.\tVa !\n" * 70 + b"Hi.\tSalut !\n")
     root = str(tmp_path / "root")
-    result = run_nmt("run", "--data", str(data), "--pipeline-root", root, "--profile", "smoke")
+    result = nmt_pipeline("--data", str(data), "--pipeline-root", root, "--profile", "smoke")
     assert result.returncode == 1
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("nmt: error: Data validation failed")
@@ -134,14 +126,7 @@ def test_anomaly_stops_the_pipeline_before_transform(tmp_path):
     assert not store.get_artifacts_by_type("Model")
 
 
-def split_bytes(examples_uri: str) -> dict[str, bytes]:
-    """Each split's records, decompressed, in file order."""
-    return {split: b"".join(r.numpy() for r in tf.data.TFRecordDataset(
-        sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*"))),
-        compression_type="GZIP")) for split in ("train", "eval", "test")}
-
-
-def test_killed_run_can_be_rerun_without_cleanup(fra_sample, sample_run, tmp_path):
+def test_killed_run_can_be_rerun_without_cleanup(fra_sample, smoke_run, tmp_path, nmt_pipeline):
     root = str(tmp_path / "root")
     args = [sys.executable, "-m", "pipeline.cli", "run", "--data", fra_sample,
             "--pipeline-root", root, *DATA_HALF]
@@ -154,11 +139,11 @@ def test_killed_run_can_be_rerun_without_cleanup(fra_sample, sample_run, tmp_pat
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    result = run_nmt("run", "--data", fra_sample, "--pipeline-root", root, *DATA_HALF)
+    result = nmt_pipeline("--data", fra_sample, "--pipeline-root", root, *DATA_HALF)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Component StrictExampleValidator is finished." in result.stderr
-    assert result.stderr.count("A cached execution") >= 1  # ExampleGen reused
+    assert cached_components(result.stderr) >= 1  # ExampleGen reused
     # Same input, another pipeline root: byte-identical examples, in the same order.
-    store, first_store = open_store(root), open_store(sample_run[0])
+    store = open_store(root)
     assert split_bytes(latest_artifact(store, "Examples", "FraTxtExampleGen").uri) == \
-        split_bytes(latest_artifact(first_store, "Examples", "FraTxtExampleGen").uri)
+        split_bytes(smoke_run.examples_uri)

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import run_nmt
+from helpers import run_nmt
 from pipeline import data_source
 
 

@@ -6,8 +6,10 @@ training and resumed; a second run's candidate is worse and must not be pushed.
 from __future__ import annotations
 
 import glob
+import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -17,30 +19,43 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components.fra_example_gen.executor import read_split
-from conftest import (REPO, SMOKE_TRAIN_STEPS, SmokeRun, latest_artifact, open_store)
+from helpers import (SMOKE_TRAIN_STEPS, checkpoint_steps, latest_artifact, nmt_translate,
+                     open_store, serving_dir, versions)
+from trainer_module.task import HISTORY_FILE
+
+# The non-core ops the SavedModel may use: tensorflow-text ops that TF Serving 2.12 links in.
+# tensorflow/serving 2.12.0, tensorflow_serving/model_servers/BUILD: SUPPORTED_TENSORFLOW_OPS
+# includes "@org_tensorflow_text//tensorflow_text:ops_lib", and tensorflow_serving/workspace.bzl
+# pins org_tensorflow_text to tensorflow/text v2.12.1, whose tensorflow_text/BUILD `ops_lib`
+# depends on the libraries registering each op below (REGISTER_OP in the file named).
+TF_SERVING_2_12_TEXT_OPS = {
+    "NormalizeUTF8": ":normalize_ops_cc, tensorflow_text/core/ops/normalize_ops.cc",
+    "WordpieceTokenizeWithOffsets": ":wordpiece_tokenizer_cc, "
+                                    "tensorflow_text/core/ops/wordpiece_op.cc",
+}
 
 
-def serving_dir(root: str) -> str:
-    return os.path.join(root, "serving", "nmt-fra-eng")
-
-
-def versions(root: str) -> list[str]:
-    return sorted(os.listdir(serving_dir(root))) if os.path.isdir(serving_dir(root)) else []
-
-
-def pushed_path(run: SmokeRun) -> str:
+def pushed_path(run) -> str:
     return os.path.join(serving_dir(run.root), run.pushed_version)
 
 
 def test_killed_trainer_resumes_from_its_last_checkpoint(smoke_run):
-    killed_log, resumed_log = smoke_run.killed_log, smoke_run.log
-    assert "Checkpoint at step 40" in killed_log
-    assert "Component Evaluator" not in killed_log
-    assert "Resuming from" in resumed_log
-    resumed_step = int(resumed_log.split("Resuming from")[1].split("(step ")[1].split()[0])
-    assert resumed_step >= 40
-    assert f"Training step {SMOKE_TRAIN_STEPS}/{SMOKE_TRAIN_STEPS}" in resumed_log
-    assert "Training step 20/" not in resumed_log  # it did not start over
+    """The resumed run's first checkpoint is the one after the last the killed run wrote, and
+    the history (one entry per checkpoint, kept across restarts) has every step once, in
+    order, the killed run's entries unchanged. A restart from zero fails each of these."""
+    killed, resumed = checkpoint_steps(smoke_run.killed_log), checkpoint_steps(smoke_run.log)
+    assert "Component Evaluator" not in smoke_run.killed_log
+    every = killed[0]
+    assert killed == list(range(every, 40 + 1, every))  # killed right after step 40's
+    resumed_from = int(re.search(r"Resuming from \S+ \(step (\d+) of", smoke_run.log)[1])
+    assert resumed_from == killed[-1]
+    assert resumed == list(range(resumed_from + every, SMOKE_TRAIN_STEPS + 1, every))
+    with open(os.path.join(smoke_run.model_run_uri, HISTORY_FILE)) as f:
+        history = json.load(f)
+    assert [entry["step"] for entry in history] == killed + resumed
+    killed_losses = re.findall(r"Checkpoint at step \d+: \S+ \(validation loss ([\d.]+)\)",
+                               smoke_run.killed_log)
+    assert [f"{entry['val_loss']:.3f}" for entry in history[:len(killed)]] == killed_losses
 
 
 def test_blessed_model_is_pushed_in_serving_layout(smoke_run):
@@ -115,12 +130,6 @@ def test_saved_model_cli_shows_the_serving_signature(smoke_run):
         assert f"outputs['{output}'] tensor_info: dtype: {dtype} shape: {shape}" in shown
 
 
-def nmt_translate(root: str, *args: str, stdin: bytes | None = None):
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "translate", "--pipeline-root",
-                           root, *args], cwd=REPO, input=stdin, capture_output=True,
-                          timeout=300)
-
-
 def test_translate_arguments_and_stdin_agree(smoke_run):
     root = smoke_run.root
     by_args = nmt_translate(root, "I am hungry.", "Where is the station?")
@@ -162,11 +171,50 @@ def test_beam_width_must_match_the_export(smoke_run):
     assert "beam search uses width 2, not 7" in wrong.stderr.decode()
 
 
-def test_worse_candidate_is_not_blessed_and_not_pushed(smoke_run, smoke_rerun):
+def test_worse_candidate_is_not_blessed_and_not_pushed_and_the_log_says_why(smoke_run,
+                                                                          smoke_rerun):
     root, result = smoke_run.root, smoke_rerun
     store = open_store(root)
     blessing = latest_artifact(store, "ModelBlessing")
     assert blessing.custom_properties["blessed"].int_value == 0
     assert latest_artifact(store, "PushedModel").custom_properties["pushed"].int_value == 0
     assert versions(root) == [smoke_run.pushed_version]
-    assert "not blessed" in result.stderr
+    # Why: the candidate fell more than --max-metric-drop below the blessed baseline.
+    validation = tfma.load_validation_result(latest_artifact(store, "ModelEvaluation").uri)
+    assert not validation.validation_ok
+    failed = {(f.metric_key.name, f.metric_key.is_diff)
+              for s in validation.metric_validations_per_slice for f in s.failures}
+    assert failed and all(is_diff for _, is_diff in failed)  # change thresholds, not min BLEU
+    assert failed <= {("corpus_bleu", True), ("corpus_chrf", True)}
+    verdict = next(line for line in result.stderr.splitlines()
+                   if "The Evaluator did not bless the candidate model: " in line)
+    for name, _ in failed:
+        assert re.search(rf"{name} changed by -[\d.]+ against the baseline", verdict), verdict
+
+
+def test_serving_needs_only_core_ops_and_tf_servings_text_ops(smoke_run):
+    """Every op of saved_model.pb (graph and all functions), read in a fresh process that never
+    imports tensorflow_text: the ops core TensorFlow does not know are exactly the expected
+    tf-text ops, each one in TF Serving 2.12's build (TF_SERVING_2_12_TEXT_OPS)."""
+    script = (
+        "import json, sys, tensorflow as tf\n"
+        "from tensorflow.core.protobuf import saved_model_pb2\n"
+        "from tensorflow.python.framework import op_def_registry\n"
+        "saved = saved_model_pb2.SavedModel.FromString(open(sys.argv[1], 'rb').read())\n"
+        "ops, functions = set(), set()\n"
+        "for graph in saved.meta_graphs:\n"
+        "    ops |= {node.op for node in graph.graph_def.node}\n"
+        "    for function in graph.graph_def.library.function:\n"
+        "        functions.add(function.signature.name)\n"
+        "        ops |= {node.op for node in function.node_def}\n"
+        "print(json.dumps({'ops': len(ops), 'text_loaded': 'tensorflow_text' in sys.modules,\n"
+        "                  'unknown': sorted(o for o in ops - functions\n"
+        "                                    if op_def_registry.get(o) is None)}))\n")
+    result = subprocess.run([sys.executable, "-c", script,
+                             os.path.join(pushed_path(smoke_run), "saved_model.pb")],
+                            capture_output=True, text=True, cwd="/", timeout=300,
+                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["text_loaded"] is False and found["ops"] > 100
+    assert found["unknown"] == sorted(TF_SERVING_2_12_TEXT_OPS)
