@@ -30,6 +30,24 @@ class KfpError(RuntimeError):
     """The endpoint is unreachable or refused a request, or the request itself is unusable."""
 
 
+class UnsupportedStorageError(KfpError):
+    """A path the components could not read or write on the cluster."""
+
+
+# TF 2.16 has no s3:// filesystem, and nothing in TFX speaks minio:// (KFP's default store).
+UNSUPPORTED_SCHEMES = ("s3://", "minio://")
+
+
+def check_storage(what: str, path: str) -> None:
+    """Refuses s3:// and minio:// before anything is compiled or sent: a run would fail deep
+    inside a component. Here, not in kubeflow_runner, so `submit --package` need not load TFX."""
+    if path.startswith(UNSUPPORTED_SCHEMES):
+        raise UnsupportedStorageError(
+            f"{what} {path} cannot work: TensorFlow 2.16 and TFX have no s3:// or minio:// "
+            "filesystem, so the components could not read or write it; use a gs:// path or "
+            "a directory every pod mounts")
+
+
 @dataclasses.dataclass(frozen=True)
 class Endpoint:
     """Where the KFP API is and how to authenticate: kfp.Client's own options."""

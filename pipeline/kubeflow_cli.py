@@ -262,17 +262,18 @@ def _compile_to(args: argparse.Namespace,
 
 
 def _check_storage(args: argparse.Namespace) -> None:
-    """s3:// and minio:// paths fail deep inside a component at run time: refuse them here.
-    (Same rule as kubeflow_runner.check_storage, without importing TFX for submit --package.)"""
-    given = [("--pipeline-root", args.pipeline_root), ("--data", getattr(args, "data", None)),
-             *[("--param", p.partition("=")[2]) for p in getattr(args, "param", [])
+    """The storage flags (and a data_root --param) name paths every pod can use."""
+    from pipeline.kfp_client import UnsupportedStorageError, check_storage
+
+    given = [("--pipeline-root", args.pipeline_root), ("--data", args.data),
+             *[("--param data_root", p.partition("=")[2]) for p in getattr(args, "param", [])
                if p.startswith("data_root=")]]
-    for flag, path in given:
-        if path and path.startswith(("s3://", "minio://")):
-            raise _UsageError(
-                f"{flag} {path} cannot work: TensorFlow 2.16 and TFX have no s3:// or "
-                "minio:// filesystem, so the components could not read or write it; use a "
-                "gs:// path or a directory every pod mounts")
+    try:
+        for flag, path in given:
+            if path:
+                check_storage(flag, path)
+    except UnsupportedStorageError as err:
+        raise _UsageError(str(err)) from None
 
 
 @contextlib.contextmanager

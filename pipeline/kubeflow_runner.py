@@ -19,6 +19,7 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import base_beam_executor, executor_spec
 
 from pipeline.config import PipelineConfig, pipeline_arguments
+from pipeline.kfp_client import check_storage
 from pipeline.pipeline import create_pipeline
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
@@ -31,29 +32,15 @@ EXAMPLE_GEN_ID = "FraTxtExampleGen"
 # The Kubernetes resource name KFP puts in the pod's limits; Vertex AI wants e.g. NVIDIA_TESLA_T4.
 DEFAULT_GPU_TYPE = "nvidia.com/gpu"
 BACKENDS = ("kfp", "vertex")
-# What each Beam component's container asks for by default: DirectRunner in one process on
-# the full fra.txt (Transform's word counts, the Evaluator's decoding) fits in this.
+# What each Beam component's container asks for by default: a starting point for DirectRunner
+# in one process on the full fra.txt (Transform's word counts, the Evaluator's decoding);
+# --beam-memory raises it if a pod is OOM-killed, and with Dataflow the pods do little.
 DEFAULT_BEAM_CPU_MILLICORES = 2000
 DEFAULT_BEAM_MEMORY_BYTES = 8 * 2**30
-# TF 2.16 has no s3:// filesystem, and nothing in TFX speaks minio://.
-UNSUPPORTED_SCHEMES = ("s3://", "minio://")
 
 
 class ComponentNotFoundError(ValueError):
     """Resources were asked for a component the pipeline does not have."""
-
-
-class UnsupportedStorageError(ValueError):
-    """A path the components could not read or write on the cluster."""
-
-
-def check_storage(what: str, path: str) -> None:
-    """Refuses s3:// and minio:// (KFP's default MinIO store) before anything is compiled."""
-    if path.startswith(UNSUPPORTED_SCHEMES):
-        raise UnsupportedStorageError(
-            f"{what} {path} cannot work: TensorFlow 2.16 and TFX have no s3:// or minio:// "
-            "filesystem, so the components could not read or write it; use a gs:// path or "
-            "a directory every pod mounts")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +230,7 @@ def compile_pipeline(config: PipelineConfig, image: str, output_path: str,
     if vertex_training and backend != "vertex":
         raise ValueError("Trainer worker pools are a Vertex AI custom job: backend vertex only")
     check_storage("the pipeline root", config.pipeline_root)
-    check_storage("the data", config.data_path)
+    check_storage("the data", config.data_path)  # (the CLI names its flags instead)
     config = dataclasses.replace(
         config, compare_with_latest_blessed=backend == "vertex",
         beam_pipeline_args=with_sdk_container_image(config.beam_pipeline_args, image))
