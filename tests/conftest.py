@@ -23,7 +23,8 @@ FIXTURE_MARKERS = {
     "kfp": "pipeline",
 }
 # Tests that start a program outside the venv themselves (no fixture to hang the marker on).
-EXTERNAL_TESTS = {"test_report_renders_in_headless_chromium", "test_kfp_store_in_mysql_read_by_the_cli",
+EXTERNAL_TESTS = {"test_report_renders_in_headless_chromium",
+                  "test_kfp_store_in_mysql_read_by_the_cli",
                   "test_local_store_copied_into_mysql_gives_the_same_answers"}
 MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
                   "test_distributed": "distributed"}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import gzip
-import json
 import os
 import random
 import subprocess
@@ -20,7 +19,6 @@ import threading
 import zipfile
 
 import pytest
-import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components import atomic_pusher
@@ -36,9 +34,11 @@ def write_pairs(path, count: int, seed: int = 0, words: int = 4) -> str:
     """`count` distinct made-up sentence pairs (distinct English, so examples = lines)."""
     rng = random.Random(seed)
 
+    def word() -> str:
+        return "".join(rng.choice("abcdefghijklmnoprstuv") for _ in range(rng.randint(2, 8)))
+
     def sentence() -> str:
-        return " ".join("".join(rng.choice("abcdefghijklmnoprstuv") for _ in range(rng.randint(2, 8)))
-                        for _ in range(words)).capitalize()
+        return " ".join(word() for _ in range(words)).capitalize()
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{sentence()} {i}.\t{sentence()} {i} !\n" for i in range(count)),
