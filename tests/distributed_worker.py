@@ -86,6 +86,12 @@ def tiny_hparams(data_dir: str, **overrides):
         os.path.join(data_dir, "transform"))))
 
 
+def _shapes(batches) -> set[tuple]:
+    """The distinct (source, target_in, target_out) shapes: what XLA compiles a step for."""
+    return {tuple(tuple(t.shape) for t in (inputs[0], inputs[1], labels))
+            for inputs, labels in batches}
+
+
 def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
     """The `base` profile's path at smoke size: XLA + mixed precision through
     `_build_keras_model`, fit on bucketed batches, then the float32 export. Writes
@@ -111,11 +117,11 @@ def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
                                                    hparams)
     model = _build_keras_model(hparams)
     model.fit(train, steps_per_epoch=int(steps), validation_data=validation, verbose=0)
-    shapes = sorted({tuple(batch[1].shape) for batch in train.take(int(steps))})
+    shapes = sorted(_shapes(train.take(int(steps))))
     dynamic = input_pipeline.make_dataset(os.path.join(data_dir, TRAIN, "*"), output,
                                           dataclasses.replace(hparams, use_xla=False),
                                           training=True)
-    dynamic_shapes = {tuple(batch[1].shape) for batch in dynamic.take(int(steps))}
+    dynamic_shapes = _shapes(dynamic.take(int(steps)))
     np.savez(os.path.join(out_dir, "weights.npz"), *model.get_weights())
     mixed_dtype = model.encode(tf.ones([1, 3], tf.int32))[0].dtype.name
     export.export_translator(export.float32_copy(model), output, hparams,

@@ -23,7 +23,8 @@ from trainer_module.input_pipeline import make_dataset, validation_dataset
 from trainer_module.model import Transformer
 from trainer_module.optimization import (GlobalTokenMeanLoss, MaskedAccuracy, Perplexity,
                                          make_optimizer)
-from trainer_module.preprocessing import RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB
+from trainer_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB,
+                                          shares_vocabulary)
 
 _LOG = logging.getLogger(__name__)
 HISTORY_FILE = "history.json"
@@ -43,7 +44,8 @@ def _hparams(fn_args: tfx.components.FnArgs,
     overrides = {key: config[key] for key in ("max_train_seconds", "precision")
                  if config.get(key)}
     hparams = hparams_lib.with_overrides(hparams, {**overrides, **(config.get("hparams") or {})})
-    return devices.fit_to_devices(hparams.with_vocab_sizes(*vocab_sizes(tf_transform_output)))
+    return devices.fit_to_devices(hparams.with_vocab_sizes(
+        *vocab_sizes(tf_transform_output), shared=shares_vocabulary(tf_transform_output)))
 
 
 def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
