@@ -161,10 +161,21 @@ def _schema_title(artifact_type: Mapping[str, str]) -> str:
     return yaml.safe_load(artifact_type["instanceSchema"])["title"]
 
 
+def _upstream(task: pb.PipelineTaskSpec) -> set[str]:
+    """What a task waits for: its dependentTasks and the producers of its inputs (TFX does not
+    list a resolver's producer among the dependent tasks)."""
+    return {*task.dependent_tasks,
+            *(spec.task_output_artifact.producer_task for spec in task.inputs.artifacts.values()
+              if spec.HasField("task_output_artifact")),
+            *(spec.task_output_parameter.producer_task
+              for spec in task.inputs.parameters.values()
+              if spec.HasField("task_output_parameter"))}
+
+
 def _with_upstream(tasks: Mapping[str, pb.PipelineTaskSpec], name: str) -> set[str]:
     if name not in tasks:
         raise LauncherError(f"the pipeline has no task {name!r}")
-    return {name}.union(*(_with_upstream(tasks, up) for up in tasks[name].dependent_tasks))
+    return {name}.union(*(_with_upstream(tasks, up) for up in _upstream(tasks[name])))
 
 
 def _value(python_value: Any) -> struct_pb2.Value:
@@ -210,7 +221,7 @@ class LocalPipelineRun:
             running: dict[concurrent.futures.Future, str] = {}
             while len(self.tasks) < len(wanted):
                 for name in sorted(wanted - set(self.tasks) - set(running.values())):
-                    if set(tasks[name].dependent_tasks) <= set(self.tasks):
+                    if _upstream(tasks[name]) <= set(self.tasks):
                         running[pool.submit(self._run_task, name)] = name
                 if not running:
                     raise LauncherError(f"tasks {sorted(wanted - set(self.tasks))} depend on "

@@ -113,14 +113,24 @@ def test_example_gen_properties_and_the_blessing_round_trip(world):
     assert metadata(pusher_input) == metadata(blessing)
 
 
-def test_a_changed_fra_txt_reexecutes_example_gen_on_kfp(world, tmp_path):
-    """Issue 12 item 1: KFP's cache key is the same every night, so ExampleGen runs anyway."""
-    changed = tmp_path / "fra.txt"
-    with open(os.path.join(world.data_dir, "fra.txt"), "rb") as f:
-        changed.write_bytes(b"".join(f.readlines()[:-100]))
-    run = LocalPipelineRun(read_spec(world.kfp_spec), world.root, {"data_root": str(tmp_path)})
-    example_gen = run.run(only=EXAMPLE_GEN)[EXAMPLE_GEN]
+def test_a_changed_fra_txt_reexecutes_example_gen_on_kfp(world):
+    """Issue 12 item 1: the same data_root with new content, as a nightly run sees it. KFP's
+    cache key (parameters, command, image) is unchanged, so had ExampleGen been cached in the
+    first run this would be a cache hit; compiled uncached, it reads the new file."""
+    path = os.path.join(world.data_dir, "fra.txt")
+    with open(path, "rb") as f:
+        original = f.read()
+    try:
+        with open(path, "wb") as f:
+            f.write(b"".join(original.splitlines(keepends=True)[:-100]))
+        run = LocalPipelineRun(read_spec(world.kfp_spec), world.root,
+                               {"data_root": world.data_dir})
+        example_gen = run.run(only=EXAMPLE_GEN)[EXAMPLE_GEN]
+    finally:
+        with open(path, "wb") as f:
+            f.write(original)
     assert example_gen.state == "executed"
+    assert example_gen.fingerprint == world.tasks[EXAMPLE_GEN].fingerprint  # same cache key
     assert metadata(example_gen.artifact("examples"))["lines_read"] == (
         metadata(world.tasks[EXAMPLE_GEN].artifact("examples"))["lines_read"] - 100)
 
