@@ -5,7 +5,7 @@ Each check runs in a process of its own, because what it tests is fixed when Ten
 
   python tests/distributed_worker.py transform FRA_TXT OUT_DIR
   python tests/distributed_worker.py xla DATA_DIR OUT_DIR PRECISION STEPS
-  python tests/distributed_worker.py mirrored
+  python tests/distributed_worker.py mirrored DATA_DIR
   python tests/distributed_worker.py run_fn DATA_DIR FN_ARGS_JSON WEIGHTS_OUT
 
 `transform` writes a small tf.Transform output (real preprocessing_fn, WordPiece) and
@@ -108,7 +108,7 @@ def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
     base = __import__("trainer_module.hparams", fromlist=["PROFILES"]).PROFILES["base"]
     assert base.use_xla and base.precision == "auto"  # what this check stands in for
     hparams = tiny_hparams(data_dir, use_xla=True, precision=precision, batch_tokens=256,
-                           max_source_length=16, max_target_length=16,
+                           max_source_length=12, max_target_length=12,
                            train_steps=int(steps), checkpoint_every=int(steps))
     output = tft.TFTransformOutput(os.path.join(data_dir, "transform"))
     train = input_pipeline.make_dataset(os.path.join(data_dir, TRAIN, "*"), output, hparams,
@@ -134,9 +134,10 @@ def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
                    "buckets": len(input_pipeline.bucket_lengths(hparams))}, f)
 
 
-def mirrored() -> None:
+def mirrored(data_dir: str) -> None:
     """MirroredStrategy over 2 logical CPUs vs one device, same weights, same global batch:
-    prints the loss and gradient norms of both and the largest difference, as JSON."""
+    prints the loss and gradient norms of both and the largest difference, and the target
+    tokens of one Trainer step against those of the input's first batches, as JSON."""
     import numpy as np
     import tensorflow as tf
 
@@ -190,7 +191,23 @@ def mirrored() -> None:
     two_grads = [strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads]
     replica_means = [float(masked_cross_entropy(labels, single(inputs), hparams.label_smoothing))
                      for inputs, labels in parts]
+    # The Trainer's own input: each replica takes a whole batch of batch_tokens from its
+    # worker's dataset, so one step of 2 replicas trains the first two batches.
+    import tensorflow_transform as tft
+    from trainer_module.input_pipeline import make_dataset
+    from trainer_module.task import _build_keras_model, _train_data
+
+    small = tiny_hparams(data_dir, batch_tokens=256)
+    output = tft.TFTransformOutput(os.path.join(data_dir, "transform"))
+    with strategy.scope():
+        trainer_model = _build_keras_model(small)
+    history = trainer_model.fit(_train_data(fn_args(data_dir), output, small), epochs=1,
+                                steps_per_epoch=1, verbose=0)
+    first_batches = make_dataset(os.path.join(data_dir, TRAIN, "*"), output, small,
+                                 training=True).take(2)
     print(json.dumps({
+        "step_tokens": history.history["target_tokens"][0],
+        "first_batch_tokens": [int(tf.math.count_nonzero(labels)) for _, labels in first_batches],
         "replicas": strategy.num_replicas_in_sync,
         "one_device_loss": float(one_loss), "two_device_loss": float(two_loss),
         "mean_of_replica_means": sum(replica_means) / len(replica_means),

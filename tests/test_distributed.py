@@ -116,8 +116,8 @@ def test_mixed_precision_trains_in_low_precision_and_exports_float32(xla_run):
     np.testing.assert_allclose(got["score"], expected["score"], atol=1e-4)
 
 
-def test_mirrored_strategy_over_two_devices_matches_one_device():
-    out, _ = _finish(_worker("mirrored"))
+def test_mirrored_strategy_over_two_devices_matches_one_device(data_dir):
+    out, _ = _finish(_worker("mirrored", data_dir))
     result = json.loads(out.strip().splitlines()[-1])
     assert result["replicas"] == 2
     assert result["two_device_loss"] == pytest.approx(result["one_device_loss"], rel=1e-5)
@@ -125,6 +125,8 @@ def test_mirrored_strategy_over_two_devices_matches_one_device():
     # Averaging each replica's own token mean (Keras' default) would not match: the replicas'
     # batches hold very different numbers of tokens.
     assert abs(result["mean_of_replica_means"] - result["one_device_loss"]) > 1e-3
+    # batch_tokens is per replica: a step of two replicas trains two whole batches.
+    assert result["step_tokens"] == sum(result["first_batch_tokens"])
 
 
 def _free_ports(count: int) -> list[int]:
@@ -160,12 +162,12 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def multi_worker(data_dir, tmp_path_factory) -> dict:
-    """Two workers train with a 20 s time budget; worker 1 is killed after the first
+    """Two workers train with a 10 s time budget; worker 1 is killed after the first
     checkpoint (its partner then hangs in a collective and is stopped), then both re-run."""
     root = str(tmp_path_factory.mktemp("multi_worker"))
     cluster = Cluster(root, data_dir, {
         "train_steps": 100_000, "custom_config": {
-            "profile": "smoke", "max_train_seconds": 20,
+            "profile": "smoke", "max_train_seconds": 10,
             "checkpoint_root": os.path.join(root, "checkpoints")}})
     chief, other = cluster.start()
     killed_log = []
@@ -198,7 +200,7 @@ def test_multi_worker_workers_agree_and_one_copy_is_written(multi_worker):
     first, second = multi_worker["weights"]
     assert first == second  # identical variables (hash) after the same number of steps
     # The chief's clock ended training, and both stopped after the same, agreed step.
-    stopped = re.search(r"time budget of 20 s used up at step (\d+)", chief_log)
+    stopped = re.search(r"time budget of 10 s used up at step (\d+)", chief_log)
     assert stopped and int(stopped.group(1)) == first["step"]
     assert first["step"] % 10 == 0  # steps at which the workers compare notes
     # One checkpoint series, no worker's temporary directory left behind.
