@@ -382,9 +382,10 @@ class LocalPipelineRun:
 def _add_default_parameters(executor_input: pb.ExecutorInput,
                             component: pb.ComponentSpec) -> None:
     """launcher_v2 addDefaultParams: a component's own defaults for parameters not given."""
+    given = executor_input.inputs.parameter_values
     for key, definition in component.input_definitions.parameters.items():
-        if definition.HasField("default_value") and key not in executor_input.inputs.parameter_values:
-            executor_input.inputs.parameter_values[key].CopyFrom(definition.default_value)
+        if definition.HasField("default_value") and key not in given:
+            given[key].CopyFrom(definition.default_value)
 
 
 def _placeholders(executor_input: pb.ExecutorInput) -> dict[str, str]:

@@ -216,7 +216,8 @@ def test_vertex_trainer_workers_run_a_custom_job_with_worker_pools(tmp_path):
         {"machine_spec": machine, "replica_count": 2, "container_spec": {"image_uri": IMAGE}}]}
     assert (config["ai_platform_enable_vertex"], config["ai_platform_vertex_region"]) == (
         True, "europe-west4")
-    assert config["profile"] == "cpu" and config["checkpoint_root"] == PIPELINE_ROOT + "/checkpoints"
+    assert config["profile"] == "cpu"
+    assert config["checkpoint_root"] == PIPELINE_ROOT + "/checkpoints"
 
 
 def test_trainer_workers_need_vertex(tmp_path, capsys):

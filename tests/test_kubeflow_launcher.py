@@ -160,7 +160,8 @@ def test_vertex_resolvers_find_the_latest_blessed_model(world):
 
 
 def test_open_source_kfp_cannot_run_a_vertex_spec(world):
-    with pytest.raises(LauncherError, match="is a resolver: open-source KFP's backend cannot run it"):
+    with pytest.raises(LauncherError,
+                       match="is a resolver: open-source KFP's backend cannot run it"):
         LocalPipelineRun(read_spec(world.vertex_spec), world.root).run(only=MODEL_RESOLVER)
 
 
