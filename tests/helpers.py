@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import resource
@@ -17,6 +18,16 @@ PIPELINE_NAME = "nmt-fra-eng"
 SMOKE_TRAIN_STEPS = 200
 # The data half: ExampleGen -> StatisticsGen -> schema -> validator (no training).
 DATA_HALF = ("--to", "StrictExampleValidator")
+
+
+def send_json(handler, status: int, payload) -> None:
+    """A fake HTTP server's JSON answer (BaseHTTPRequestHandler), as the real APIs send it."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 def sample_lines(path: str, block: int = 100, every: int = 50) -> list[bytes]:

@@ -25,6 +25,7 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from conftest import REPO
+from helpers import send_json
 from pipeline import kfp_client, kubeflow_runner
 from pipeline.config import PipelineConfig
 from pipeline.kubeflow_cli import add_kubeflow_parser
@@ -443,12 +444,7 @@ class _Handler(BaseHTTPRequestHandler):
                           self.headers.get("Content-Type", ""))
         self.server.requests.append(request)
         status, payload = self.server.respond(request)
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, payload)
 
     def log_message(self, *args) -> None:  # keep the test output readable
         pass

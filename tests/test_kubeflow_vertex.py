@@ -22,6 +22,7 @@ import pytest
 import yaml
 from google.auth.credentials import AnonymousCredentials
 
+from helpers import send_json
 from test_kubeflow import COMPILE_FLAGS, PIPELINE_ROOT, nmt_kubeflow
 
 PARENT = "projects/nmt-project/locations/europe-west4"
@@ -65,12 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.requests.append((self.command, url.path, urllib.parse.parse_qs(url.query),
                                      body))
         status, payload = self.server.respond(self.command, url.path, body)
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, payload)
 
     do_GET = do_POST = _answer
 
