@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
 # Re-exported: older test modules import these from conftest; new code imports helpers.
-from helpers import (REPO, SMOKE_TRAIN_STEPS, latest_artifact, open_store,  # noqa: F401
-                     run_nmt, run_nmt_peak_memory, run_nmt_with_file_size_limit, sample_lines,
-                     smoke_args)
+from helpers import (REPO, SMOKE_TRAIN_STEPS, kill_on_log_line,  # noqa: F401
+                     latest_artifact, open_store, run_nmt, run_nmt_peak_memory,
+                     run_nmt_with_file_size_limit, sample_lines, smoke_args)
 
 # A test using one of these fixtures (directly or through another fixture) gets the marker.
 FIXTURE_MARKERS = {
@@ -103,18 +102,13 @@ def smoke_run(fra_sample, tmp_path_factory) -> SmokeRun:
     args = smoke_args(fra_sample, root, SMOKE_TRAIN_STEPS)
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    killed_log = []
-    for line in proc.stderr:
-        killed_log.append(line)
-        if "Checkpoint at step 40" in line:
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
+    killed_log = kill_on_log_line(proc, "Checkpoint at step 40", proc)
     proc.wait()
     resumed = run_nmt(*args)
     assert resumed.returncode == 0, resumed.stderr[-5000:]
     store = open_store(root)
     return SmokeRun(
-        root=root, killed_log="".join(killed_log), log=resumed.stderr,
+        root=root, killed_log=killed_log, log=resumed.stderr,
         examples_uri=latest_artifact(store, "Examples", "FraTxtExampleGen").uri,
         evaluation_uri=latest_artifact(store, "ModelEvaluation").uri,
         model_run_uri=latest_artifact(store, "ModelRun").uri,

@@ -30,6 +30,18 @@ def send_json(handler, status: int, payload) -> None:
     handler.wfile.write(data)
 
 
+def kill_on_log_line(log: subprocess.Popen, marker: str, victim: subprocess.Popen) -> str:
+    """Reads `log`'s stderr until a line contains `marker`, then SIGKILLs `victim`'s process
+    group (a kill at a known point of a run); returns what was read."""
+    lines = []
+    for line in log.stderr:
+        lines.append(line)
+        if marker in line:
+            os.killpg(victim.pid, signal.SIGKILL)
+            break
+    return "".join(lines)
+
+
 def sample_lines(path: str, block: int = 100, every: int = 50) -> list[bytes]:
     """Contiguous blocks of lines spread over the file, so sentences keep all references."""
     with open(path, "rb") as f:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
+from helpers import kill_on_log_line
 
 pytestmark = pytest.mark.distributed
 
@@ -170,12 +171,7 @@ def multi_worker(data_dir, tmp_path_factory) -> dict:
             "profile": "smoke", "max_train_seconds": 10,
             "checkpoint_root": os.path.join(root, "checkpoints")}})
     chief, other = cluster.start()
-    killed_log = []
-    for line in chief.stderr:
-        killed_log.append(line)
-        if "Checkpoint at step" in line:
-            os.killpg(other.pid, signal.SIGKILL)
-            break
+    killed_log = kill_on_log_line(chief, "Checkpoint at step", other)
     os.killpg(chief.pid, signal.SIGKILL)
     for proc in (chief, other):
         proc.wait()
@@ -189,7 +185,7 @@ def multi_worker(data_dir, tmp_path_factory) -> dict:
                        if "checkpoint" in files]
     with open(os.path.join(checkpoint_dirs[0], "history.json")) as f:
         history = json.load(f)
-    return {"root": root, "killed_log": "".join(killed_log), "killed_export": killed_export,
+    return {"root": root, "killed_log": killed_log, "killed_export": killed_export,
             "logs": logs, "weights": weights, "checkpoint_dirs": checkpoint_dirs,
             "history": history}
 
