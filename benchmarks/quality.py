@@ -39,8 +39,9 @@ def score(hypotheses: list[str], references: list[list[str]]) -> dict:
             "chrf_signature": str(chrf.get_signature())}
 
 
-def translate(model_dir: str, sentences: list[str], batch_size: int) -> list[str]:
-    signature = tf.saved_model.load(model_dir).signatures["serving_default"]
+def translate(model_dir: str, sentences: list[str], batch_size: int,
+              signature_name: str = "serving_default") -> list[str]:
+    signature = tf.saved_model.load(model_dir).signatures[signature_name]
     out = []
     for start in range(0, len(sentences), batch_size):
         batch = tf.constant(sentences[start:start + batch_size])
@@ -54,15 +55,26 @@ def main() -> None:
     parser.add_argument("--model", action="append", required=True)
     parser.add_argument("--split", default="test")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--signature", default="serving_default",
+                        help="serving_default (greedy) or beam_search")
     args = parser.parse_args()
+    results = evaluate(args.pipeline_root, args.model, args.split, args.batch_size,
+                       args.signature)
+    print(json.dumps(results, indent=2, ensure_ascii=False))
+
+
+def evaluate(pipeline_root: str, model_dirs: list[str], split: str, batch_size: int = 64,
+             signature_name: str = "serving_default") -> dict:
+    """Each model's translations of `split` (ExampleGen's newest output under the root), scored
+    overall and per English length bucket, with the decoding time."""
     rows = read_split(
-        latest(os.path.join(args.pipeline_root, "FraTxtExampleGen", "examples", "*")), args.split)
+        latest(os.path.join(pipeline_root, "FraTxtExampleGen", "examples", "*")), split)
     english = [e for e, _ in rows]
     references = [r for _, r in rows]
-    results = {"split": args.split, "models": {}}
-    for model_dir in args.model:
+    results = {"split": split, "signature": signature_name, "models": {}}
+    for model_dir in model_dirs:
         start = time.time()
-        hypotheses = translate(model_dir, english, args.batch_size)
+        hypotheses = translate(model_dir, english, batch_size, signature_name)
         by_bucket = collections.defaultdict(list)
         for i, sentence in enumerate(english):
             by_bucket[bucket_of(sentence)].append(i)
@@ -77,7 +89,7 @@ def main() -> None:
             "samples": [{"english": english[i], "translation": hypotheses[i],
                          "references": references[i][:3]} for i in range(0, len(english), 2000)],
         }
-    print(json.dumps(results, indent=2, ensure_ascii=False))
+    return results
 
 
 if __name__ == "__main__":

@@ -19,12 +19,10 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 
 import tensorflow as tf
 import tensorflow_transform as tft
-import tensorflow_transform.beam as tft_beam
 from tfx.components.example_gen.base_example_gen_executor import _PartitionFn
 
 from components.fra_example_gen.component import SPLIT_NAMES, split_output_config
@@ -63,17 +61,6 @@ def read_splits(path: str) -> dict[str, list[tuple[str, list[str]]]]:
                              buckets, config)
         splits[SPLIT_NAMES[index]].append((english, french))
     return splits
-
-
-def analyze(train: list[tuple[str, list[str]]], custom_config: dict) -> tft.TFTransformOutput:
-    """tf.Transform's analysis of the train split with preprocessing_fn: the Transform graph."""
-    rows = [{pp.ENGLISH: [e], pp.FRENCH: f} for e, f in train]
-    with tft_beam.Context(temp_dir=tempfile.mkdtemp()):
-        transform_fn = (rows, tft.DatasetMetadata.from_feature_spec(RAW_SPEC)) | \
-            tft_beam.AnalyzeDataset(lambda inputs: pp.preprocessing_fn(inputs, custom_config))
-        out = tempfile.mkdtemp()
-        _ = transform_fn | tft_beam.WriteTransformFn(out)
-    return tft.TFTransformOutput(out)
 
 
 def measure(output: tft.TFTransformOutput, examples: list[tuple[str, list[str]]],
@@ -177,7 +164,8 @@ def main() -> None:
         config = {**overrides, **({"wordpiece_min_count": args.min_count}
                                   if name.endswith("min_count") else {})}
         start = time.monotonic()
-        output = analyze(splits["train"], config)
+        output = pp.analyze_in_memory(
+            [{pp.ENGLISH: [e], pp.FRENCH: f} for e, f in splits["train"]], config)
         learned = time.monotonic() - start
         results["settings"][name] = {
             "custom_config": config, "analyze_seconds": round(learned, 1),

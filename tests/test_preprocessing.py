@@ -90,23 +90,11 @@ def test_vocabularies_reserve_ids_and_keep_every_reference():
     assert [r["english_length_bucket"] for r in rows] == [b"01-05"] * 3
 
 
-def _analyze(raw: list[dict], custom_config: dict) -> tft.TFTransformOutput:
-    """tf.Transform's analysis of `raw` (English, and French if the rows have it)."""
-    spec = {"english": tf.io.FixedLenFeature([1], tf.string)}
-    if "french" in raw[0]:
-        spec["french"] = tf.io.VarLenFeature(tf.string)
-    with tft_beam.Context(temp_dir=tempfile.mkdtemp()):
-        transform_fn = (raw, tft.DatasetMetadata.from_feature_spec(spec)) | \
-            tft_beam.AnalyzeDataset(lambda inputs: pp.preprocessing_fn(inputs, custom_config))
-        out = tempfile.mkdtemp()
-        _ = transform_fn | tft_beam.WriteTransformFn(out)
-    return tft.TFTransformOutput(out)
-
-
 def test_wordpiece_is_learned_in_transform_and_spells_rare_words():
     frequent = ["Tom is here.", "Tom is happy.", "Mary is here."] * 12
-    output = _analyze([{"english": [s]} for s in frequent + ["Tomas is hereby happy."]],
-                      {"tokenizer": "wordpiece", "vocab_size": 200})
+    output = pp.analyze_in_memory(
+        [{"english": [s]} for s in frequent + ["Tomas is hereby happy."]],
+        {"tokenizer": "wordpiece", "vocab_size": 200})
     pieces = [p.decode() for p in output.vocabulary_by_name(pp.SOURCE_VOCAB)]
     assert len(pieces) <= 200 and "Tom" in pieces and "##s" in pieces
     assert not set(pieces) & set(pp.RESERVED_TOKENS)  # ids put those first, not the file
@@ -129,7 +117,7 @@ def test_wordpiece_is_learned_in_transform_and_spells_rare_words():
 
 def test_tokenizer_is_checked():
     with pytest.raises(ValueError, match="unknown tokenizer 'bpe'"):
-        _analyze([{"english": ["Go."]}], {"tokenizer": "bpe"})
+        pp.analyze_in_memory([{"english": ["Go."]}], {"tokenizer": "bpe"})
 
 
 # French references with numbers (times, prices, dates, thousands) and elisions: each must come
@@ -155,8 +143,8 @@ def joint_output() -> tft.TFTransformOutput:
               "Un homme, des ans, des mois, des jours, des yens, cet atlas, né en 1990 ; "
               "Rendez-vous, réveillé, pas, Compte, Pi vaut, Du au Prix Ça Suis-je bien, Je J'ai"]
     raw = [{"english": ["Tom paid 3.50 euros at 5:30."], "french": [f]} for f in french] * 4
-    return _analyze(raw, {"tokenizer": "wordpiece", "vocab_size": 250, "split_elisions": True,
-                          "joint_vocabulary": True})
+    return pp.analyze_in_memory(raw, {"tokenizer": "wordpiece", "vocab_size": 250,
+                                      "split_elisions": True, "joint_vocabulary": True})
 
 
 def _french_pieces(output: tft.TFTransformOutput, sentences: list[str]) -> list[list[str]]:
@@ -194,7 +182,7 @@ def test_joint_vocabulary_is_one_file_with_one_id_per_piece(joint_output):
 
 def test_separate_vocabularies_are_not_shared():
     raw = [{"english": ["Tom is here."], "french": ["Tom est ici."]}] * 3
-    assert not pp.shares_vocabulary(_analyze(raw, {"vocab_size": 100}))
+    assert not pp.shares_vocabulary(pp.analyze_in_memory(raw, {"vocab_size": 100}))
 
 
 def test_wordpiece_min_count_lets_rarer_pieces_in():

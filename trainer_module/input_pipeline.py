@@ -102,6 +102,17 @@ def batch_pairs(pairs: tf.data.Dataset, hparams: HParams, bucketing: bool = True
         pad_to_bucket_boundary=hparams.use_xla if pad_to_boundary is None else pad_to_boundary)
 
 
+def training_order(pairs: tf.data.Dataset, hparams: HParams, seed: int | None = None
+                   ) -> tf.data.Dataset:
+    """The pairs in a new random order every epoch, forever (seed: None = hparams.seed).
+
+    ExampleGen's output follows fra.txt, which is sorted by length: a shuffle buffer smaller
+    than the split would make every epoch run from short to long sentences.
+    """
+    return pairs.shuffle(hparams.shuffle_pairs, seed=hparams.seed if seed is None else seed,
+                         reshuffle_each_iteration=True).repeat()
+
+
 def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTransformOutput,
                  hparams: HParams, training: bool, bucketing: bool | None = None,
                  seed: int | None = None, shard: tuple[int, int] = (1, 0),
@@ -113,8 +124,7 @@ def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFT
     `batch_pairs`."""
     pairs = read_pairs(file_pattern, tf_transform_output, hparams, shard).cache()
     if training:
-        pairs = pairs.shuffle(hparams.shuffle_pairs, seed=hparams.seed if seed is None else seed,
-                              reshuffle_each_iteration=True).repeat()
+        pairs = training_order(pairs, hparams, seed)
     bucketing = hparams.bucketing if bucketing is None else bucketing
     return batch_pairs(pairs, hparams, bucketing, pad_to_boundary=pad_to_boundary).prefetch(
         tf.data.AUTOTUNE)

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import tempfile
 import time
 from typing import Any, Iterable
 
@@ -312,3 +313,19 @@ def detokenize(tokens: tf.RaggedTensor) -> tf.Tensor:
     x = tf.strings.regex_replace(x, _ELISION + " ", r"\1\2")
     x = tf.strings.regex_replace(x, r" ([.,)\]}…])", r"\1")
     return tf.strings.regex_replace(x, r"([(\[{]) ", r"\1")
+
+
+def analyze_in_memory(rows: list[dict[str, list[str]]], custom_config: dict[str, Any]
+                      ) -> tft.TFTransformOutput:
+    """The Transform graph that the pipeline's Transform would learn from `rows`
+    ({"english": [sentence], "french": [reference, ...]}; French optional), analyzed in memory
+    on Beam's direct runner: for tests and benchmarks that need one without a pipeline run."""
+    spec = {ENGLISH: tf.io.FixedLenFeature([1], tf.string)}
+    if FRENCH in rows[0]:
+        spec[FRENCH] = tf.io.VarLenFeature(tf.string)
+    with tft_beam.Context(temp_dir=tempfile.mkdtemp()):
+        transform_fn = (rows, tft.DatasetMetadata.from_feature_spec(spec)) | \
+            tft_beam.AnalyzeDataset(lambda inputs: preprocessing_fn(inputs, custom_config))
+        out = tempfile.mkdtemp()
+        _ = transform_fn | tft_beam.WriteTransformFn(out)
+    return tft.TFTransformOutput(out)

@@ -1,0 +1,109 @@
+"""Issue #10's ablation: one training change at a time on top of today's default, equal wall time.
+
+Every variant is a real `nmt run --to Trainer` of the `cpu` profile on one pipeline root, so
+all share ExampleGen's splits (and, unless the variant changes tokenization, Transform's
+output: TFX's cache re-runs only what a variant changes). Each trains for the same
+`--max-train-seconds`; then its SavedModel translates the eval and test splits (greedy, and
+beam search where asked) and sacreBLEU scores them against all references. Run it alone on
+the machine: the budget is wall time, so anything else running costs a variant steps.
+
+Usage: python benchmarks/ablation.py --data ../shared/data/fra-eng/fra.txt \\
+           --pipeline-root /work/runs/full --seconds 600 [--variant NAME ...] \\
+           [--out benchmarks/results_ablation.json]
+Results are appended per variant as they finish, so a long run can be read (and resumed with
+--variant) part way.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+from benchmarks.quality import evaluate
+
+# name -> extra `nmt run` flags on top of the cpu profile's defaults.
+VARIANTS: dict[str, list[str]] = {
+    "default": [],
+    "full_shuffle": ["--hparam", "shuffle_pairs=200000"],
+    "ema_0.99": ["--hparam", "ema_momentum=0.99"],
+    "split_elisions": ["--split-elisions"],
+    "joint_vocab": ["--joint-vocab"],
+    "min_count_3": ["--wordpiece-min-count", "3"],
+    "no_whole_numbers": ["--no-whole-numbers"],
+    "default_seed_1": ["--hparam", "seed=1"],
+    "bfloat16": ["--precision", "mixed_bfloat16"],
+}
+BEAM_VARIANTS = ("default",)  # beam search costs ~2.6x the decoding time; scored where asked
+
+
+def newest(pattern: str) -> str:
+    return max(glob.glob(pattern), key=lambda p: int(p.rstrip("/").split("/")[-1]))
+
+
+def train(name: str, flags: list[str], args: argparse.Namespace) -> dict:
+    os.makedirs(args.pipeline_root, exist_ok=True)
+    log_path = os.path.join(args.pipeline_root, f"ablation-{name}.log")
+    command = [os.path.join(os.path.dirname(sys.executable), "nmt"), "run", "--data", args.data,
+               "--pipeline-root", args.pipeline_root, "--profile", "cpu", "--to", "Trainer",
+               "--max-train-seconds", str(args.seconds), *flags]
+    print(f"[{name}] training for {args.seconds:.0f} s: {' '.join(command)} (log: {log_path})",
+          file=sys.stderr, flush=True)
+    start = time.time()
+    with open(log_path, "w") as log:
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
+    run_dir = newest(os.path.join(args.pipeline_root, "Trainer", "model_run", "*"))
+    with open(os.path.join(run_dir, "history.json")) as f:
+        history = json.load(f)
+    return {"flags": flags, "model": os.path.join(newest(os.path.join(
+                args.pipeline_root, "Trainer", "model", "*")), "Format-Serving"),
+            "steps": history[-1]["step"],
+            "final": history[-1], "pipeline_seconds": round(time.time() - start, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--pipeline-root", required=True)
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
+                        help="run only these (default: all, in the table's order)")
+    parser.add_argument("--out", default="benchmarks/results_ablation.json")
+    args = parser.parse_args()
+    results = {}
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            results = json.load(f)
+    names = args.variant or list(VARIANTS)
+    for number, name in enumerate(names, 1):
+        began = time.time()
+        row = train(name, VARIANTS[name], args)
+        row["seconds_budget"] = args.seconds
+        for split in ("eval", "test"):
+            scored = evaluate(args.pipeline_root, [row["model"]], split)["models"][row["model"]]
+            row[split] = {"bleu": scored["overall"]["bleu"], "chrf": scored["overall"]["chrf"],
+                          "sentences": scored["overall"]["sentences"],
+                          "decode_seconds": scored["decode_seconds"]}
+        if name in BEAM_VARIANTS:
+            scored = evaluate(args.pipeline_root, [row["model"]], "test",
+                              signature_name="beam_search")["models"][row["model"]]
+            row["test_beam"] = {"bleu": scored["overall"]["bleu"],
+                                "chrf": scored["overall"]["chrf"],
+                                "decode_seconds": scored["decode_seconds"]}
+        row["signatures"] = {"bleu": scored["overall"]["bleu_signature"],
+                             "chrf": scored["overall"]["chrf_signature"]}
+        results[name] = row
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+        left = (time.time() - began) * (len(names) - number)
+        print(f"[{name}] {row['steps']} steps; test BLEU {row['test']['bleu']:.2f}, "
+              f"eval BLEU {row['eval']['bleu']:.2f} ({number}/{len(names)} done, "
+              f"ETA {left / 60:.0f} min)", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
