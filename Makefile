@@ -9,6 +9,9 @@ PIP_FLAGS := --ignore-requires-python -c constraints.txt
 ARGS ?=
 # Extra flags for pytest, e.g. make test PYTEST_ARGS="-m faults -x"
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (0: one process, e.g. to use --pdb). Tests that share an
+# expensive fixture stay on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 # The unit tests: nothing that runs a pipeline, a Kubeflow spec, distributed training or a
 # program outside the venv (markers: pytest.ini, applied in tests/conftest.py).
 FAST_MARKERS := not (pipeline or external or kubeflow or distributed or slow)
@@ -41,10 +44,12 @@ mariadb:
 
 # The whole suite, as CI runs it (.ci/run), with the 15 slowest tests listed at the end.
 test: venv chromium mariadb
-	$(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
+		$(PYTEST_ARGS) tests
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "$(FAST_MARKERS)" $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)" \
+		$(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) nmt_runs .pytest_cache

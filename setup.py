@@ -21,6 +21,6 @@ setup(
         "sacrebleu",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={"test": ["pytest", "pytest-xdist"]},
     entry_points={"console_scripts": ["nmt=pipeline.cli:main"]},
 )

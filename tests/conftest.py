@@ -29,17 +29,25 @@ MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
                   "test_distributed": "distributed"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
 SLOW_FIXTURES = {"overfit"}
+# `make test` runs on two pytest-xdist workers with --dist loadgroup. Each worker builds its own
+# session- and module-scoped fixtures, so tests sharing an expensive one must share a worker:
+# the smoke pipeline root's users form one group, and every other test is grouped by module
+# (module-scoped fixtures: the fault tests' trained root, the Kubeflow launcher's run, ...).
+SHARED_ROOT_FIXTURES = {"smoke_run", "smoke_rerun"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        item.add_marker(pytest.mark.xdist_group(
+            "smoke_root" if fixtures & SHARED_ROOT_FIXTURES else module))
         names = {FIXTURE_MARKERS[f] for f in fixtures & FIXTURE_MARKERS.keys()}
         if fixtures & SLOW_FIXTURES:
             names.add("slow")
         if getattr(item, "originalname", item.name) in EXTERNAL_TESTS:
             names.add("external")
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         names |= {marker for prefix, marker in MODULE_MARKERS.items()
                   if module.startswith(prefix)}
         for name in sorted(names):
