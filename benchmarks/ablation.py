@@ -64,6 +64,20 @@ def train(name: str, flags: list[str], args: argparse.Namespace) -> dict:
             "final": history[-1], "pipeline_seconds": round(time.time() - start, 1)}
 
 
+def score(row: dict, pipeline_root: str, beam: bool) -> None:
+    """Adds eval and test BLEU/chrF (greedy; test with beam search too if `beam`) and the
+    decoding time of row["model"] to the row."""
+    for split, signature in (("eval", "serving_default"), ("test", "serving_default"),
+                             *((("test_beam", "beam_search"),) if beam else ())):
+        scored = evaluate(pipeline_root, [row["model"]], split.removesuffix("_beam"),
+                          signature_name=signature)["models"][row["model"]]
+        row[split] = {"bleu": scored["overall"]["bleu"], "chrf": scored["overall"]["chrf"],
+                      "sentences": scored["overall"]["sentences"],
+                      "decode_seconds": scored["decode_seconds"]}
+    row["signatures"] = {"bleu": scored["overall"]["bleu_signature"],
+                         "chrf": scored["overall"]["chrf_signature"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,19 +97,7 @@ def main() -> None:
         began = time.time()
         row = train(name, VARIANTS[name], args)
         row["seconds_budget"] = args.seconds
-        for split in ("eval", "test"):
-            scored = evaluate(args.pipeline_root, [row["model"]], split)["models"][row["model"]]
-            row[split] = {"bleu": scored["overall"]["bleu"], "chrf": scored["overall"]["chrf"],
-                          "sentences": scored["overall"]["sentences"],
-                          "decode_seconds": scored["decode_seconds"]}
-        if name in BEAM_VARIANTS:
-            scored = evaluate(args.pipeline_root, [row["model"]], "test",
-                              signature_name="beam_search")["models"][row["model"]]
-            row["test_beam"] = {"bleu": scored["overall"]["bleu"],
-                                "chrf": scored["overall"]["chrf"],
-                                "decode_seconds": scored["decode_seconds"]}
-        row["signatures"] = {"bleu": scored["overall"]["bleu_signature"],
-                             "chrf": scored["overall"]["chrf_signature"]}
+        score(row, args.pipeline_root, beam=name in BEAM_VARIANTS)
         results[name] = row
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
