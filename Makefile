@@ -9,8 +9,8 @@ PIP_FLAGS := --ignore-requires-python -c constraints.txt
 ARGS ?=
 # Extra flags for pytest, e.g. make test PYTEST_ARGS="-m faults -x"
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (0: one process, e.g. to use --pdb). Tests that share an
-# expensive fixture stay on one worker (tests/conftest.py).
+# pytest-xdist workers for `make test` (0: one process, e.g. to use --pdb). Each worker gets
+# whole modules, so a module's fixtures are built once (tests/conftest.py).
 TEST_WORKERS ?= 2
 # The unit tests: nothing that runs a pipeline, a Kubeflow spec, distributed training or a
 # program outside the venv (markers: pytest.ini, applied in tests/conftest.py).
@@ -44,11 +44,11 @@ mariadb:
 
 # The whole suite, as CI runs it (.ci/run), with the 15 slowest tests listed at the end.
 test: venv chromium mariadb
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15 \
 		$(PYTEST_ARGS) tests
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "$(FAST_MARKERS)" \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "$(FAST_MARKERS)" \
 		$(PYTEST_ARGS) tests
 
 clean:

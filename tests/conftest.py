@@ -29,20 +29,34 @@ MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
                   "test_distributed": "distributed"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
 SLOW_FIXTURES = {"overfit"}
-# `make test` runs on two pytest-xdist workers with --dist loadgroup. Each worker builds its own
-# session- and module-scoped fixtures, so tests sharing an expensive one must share a worker:
-# the smoke pipeline root's users form one group, and every other test is grouped by module
-# (module-scoped fixtures: the fault tests' trained root, the Kubeflow launcher's run, ...).
-SHARED_ROOT_FIXTURES = {"smoke_run", "smoke_rerun"}
+# `make test` runs on two pytest-xdist workers, and each worker builds its own session- and
+# module-scoped fixtures; so the scheduler below hands out whole modules, and these modules,
+# whose tests share the smoke pipeline root (fixtures smoke_run, smoke_rerun), as one unit.
+SMOKE_ROOT_FIXTURES = {"smoke_run", "smoke_rerun"}
+SMOKE_ROOT_MODULES = {"test_data_pipeline", "test_metadata", "test_metadata_stores",
+                      "test_pipeline_e2e"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
+    """xdist's per-module scheduling, with the smoke root's modules as one unit."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            module = os.path.splitext(os.path.basename(path))[0]
+            return "the smoke root" if module in SMOKE_ROOT_MODULES else path
+
+    return SharedFixtureScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        item.add_marker(pytest.mark.xdist_group(
-            "smoke_root" if fixtures & SHARED_ROOT_FIXTURES else module))
+        if fixtures & SMOKE_ROOT_FIXTURES and module not in SMOKE_ROOT_MODULES:
+            raise pytest.UsageError(f"{item.nodeid} uses the smoke root: add {module} to "
+                                    "SMOKE_ROOT_MODULES in tests/conftest.py")
         names = {FIXTURE_MARKERS[f] for f in fixtures & FIXTURE_MARKERS.keys()}
         if fixtures & SLOW_FIXTURES:
             names.add("slow")
