@@ -1,4 +1,5 @@
-"""Training-loop settings: precision choice, exact step counts, checkpoints, progress ETA."""
+"""Training-loop settings: precision choice, exact step counts, checkpoints, progress ETA,
+the order of training batches."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+from scipy import stats
 
-from trainer_module import callbacks, devices, optimization
+from trainer_module import callbacks, devices, input_pipeline, optimization
 from trainer_module.hparams import PRECISIONS, HParams, get_profile
 
 
@@ -155,3 +157,35 @@ def test_hparam_overrides_are_typed_and_checked():
         parse_override("d_model=2.5")
     with pytest.raises(ValueError, match="ema_momentum must be in"):
         with_overrides(get_profile("cpu"), {"ema_momentum": 1.5})
+
+
+# fra.txt's train split as ExampleGen writes it: ~133,000 (English, reference) pairs, in the
+# file's order, which is sorted by length.
+TRAIN_PAIRS = 133_000
+
+
+def _epoch_of_batch_lengths(hparams: HParams) -> list[int]:
+    """Padded length of each training batch, in order, over one epoch's worth of pairs of a
+    length-sorted split the size of fra.txt's."""
+    lengths = tf.constant(np.sort(np.random.default_rng(0).integers(2, 30, TRAIN_PAIRS)),
+                          tf.int32)
+    pairs = tf.data.Dataset.range(TRAIN_PAIRS).map(
+        lambda i: (tf.fill([lengths[i]], 5), tf.fill([lengths[i]], 6)))
+    batches = input_pipeline.batch_pairs(input_pipeline.training_order(pairs, hparams), hparams)
+    out, seen = [], 0
+    for _, labels in batches:
+        out.append(int(labels.shape[1]))
+        seen += int(labels.shape[0])
+        if seen >= TRAIN_PAIRS:
+            return out
+
+
+def test_a_shuffle_buffer_covering_the_split_removes_the_length_trend():
+    """shuffle_pairs >= the split: batches do not trend in length over an epoch. With a
+    buffer of a third of the split (the `cpu` profile's 50,000 pairs) each epoch runs from
+    short to long sentences, and the check sees it."""
+    cpu = get_profile("cpu")
+    full = _epoch_of_batch_lengths(dataclasses.replace(cpu, shuffle_pairs=TRAIN_PAIRS))
+    assert abs(stats.spearmanr(range(len(full)), full).statistic) < 0.1
+    partial = _epoch_of_batch_lengths(dataclasses.replace(cpu, shuffle_pairs=TRAIN_PAIRS // 3))
+    assert stats.spearmanr(range(len(partial)), partial).statistic > 0.5
