@@ -37,19 +37,8 @@ SMOKE_ROOT_MODULES = {"test_data_pipeline", "test_metadata", "test_metadata_stor
                       "test_pipeline_e2e"}
 
 
-# The longest units first (minutes on 2 cores, from `make test`'s --durations), so the short
-# modules fill the workers' tails.
-LONGEST_FIRST = ("the smoke root", "test_distributed", "test_faults", "test_kubeflow_launcher")
-
-
-def _unit(item: pytest.Item) -> str:
-    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-    return "the smoke root" if module in SMOKE_ROOT_MODULES else module
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
-    """xdist's per-module scheduling, with the smoke root's modules as one unit, handed out in
-    collection order (see LONGEST_FIRST) rather than xdist's most-tests-first."""
+    """xdist's per-module scheduling, with the smoke root's modules as one unit."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtureScheduling(LoadScopeScheduling):
@@ -58,17 +47,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
             module = os.path.splitext(os.path.basename(path))[0]
             return "the smoke root" if module in SMOKE_ROOT_MODULES else path
 
-    config.option.loadscopereorder = False
     return SharedFixtureScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_unit(item), len(rank)))  # stable: else file order
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if fixtures & SMOKE_ROOT_FIXTURES and _unit(item) != "the smoke root":
+        if fixtures & SMOKE_ROOT_FIXTURES and module not in SMOKE_ROOT_MODULES:
             raise pytest.UsageError(f"{item.nodeid} uses the smoke root: add {module} to "
                                     "SMOKE_ROOT_MODULES in tests/conftest.py")
         names = {FIXTURE_MARKERS[f] for f in fixtures & FIXTURE_MARKERS.keys()}
