@@ -16,7 +16,6 @@ Results are appended per variant as they finish, so a long run can be read (and 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -24,6 +23,7 @@ import sys
 import time
 
 from benchmarks.quality import evaluate
+from benchmarks.train_throughput import latest
 
 # name -> extra `nmt run` flags on top of the cpu profile's defaults.
 VARIANTS: dict[str, list[str]] = {
@@ -40,10 +40,6 @@ VARIANTS: dict[str, list[str]] = {
 BEAM_VARIANTS = ("default",)  # beam search costs ~2.6x the decoding time; scored where asked
 
 
-def newest(pattern: str) -> str:
-    return max(glob.glob(pattern), key=lambda p: int(p.rstrip("/").split("/")[-1]))
-
-
 def train(name: str, flags: list[str], args: argparse.Namespace) -> dict:
     os.makedirs(args.pipeline_root, exist_ok=True)
     log_path = os.path.join(args.pipeline_root, f"ablation-{name}.log")
@@ -55,10 +51,10 @@ def train(name: str, flags: list[str], args: argparse.Namespace) -> dict:
     start = time.time()
     with open(log_path, "w") as log:
         subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
-    run_dir = newest(os.path.join(args.pipeline_root, "Trainer", "model_run", "*"))
+    run_dir = latest(os.path.join(args.pipeline_root, "Trainer", "model_run", "*"))
     with open(os.path.join(run_dir, "history.json")) as f:
         history = json.load(f)
-    return {"flags": flags, "model": os.path.join(newest(os.path.join(
+    return {"flags": flags, "model": os.path.join(latest(os.path.join(
                 args.pipeline_root, "Trainer", "model", "*")), "Format-Serving"),
             "steps": history[-1]["step"],
             "final": history[-1], "pipeline_seconds": round(time.time() - start, 1)}
