@@ -87,7 +87,7 @@ class PipelineConfig:
 
 def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
     """create_pipeline's arguments for a config: the one list every runner starts from."""
-    from tfx import v1 as tfx  # heavy: not for `nmt metadata` and friends, which read the config
+    from tfx.proto import trainer_pb2  # heavy: not for `nmt metadata` and friends
 
     return dict(
         pipeline_name=config.pipeline_name,
@@ -104,7 +104,7 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
                           "joint_vocabulary": config.joint_vocabulary,
                           "wordpiece_min_count": config.wordpiece_min_count,
                           "code_version": code_version()},
-        train_args=tfx.proto.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
+        train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config={"profile": config.profile, "checkpoint_root": config.checkpoint_root,
                         "max_train_seconds": config.max_train_seconds,
                         "precision": config.precision, "hparams": config.hparams,

@@ -11,8 +11,9 @@ import logging
 import os
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from tfx import v1 as tfx
+from tfx.orchestration import metadata
 from tfx.orchestration import pipeline as tfx_pipeline
+from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.utils import dependency_utils
 
 from pipeline.config import PipelineConfig, pipeline_arguments
@@ -25,11 +26,11 @@ _OUT_OF_SPACE = {errno.ENOSPC: "no space left on device",
                  errno.EDQUOT: "disk quota exceeded"}
 
 
-def build(config: PipelineConfig) -> tfx.dsl.Pipeline:
+def build(config: PipelineConfig) -> tfx_pipeline.Pipeline:
     return create_pipeline(
         **pipeline_arguments(config),
-        metadata_connection_config=tfx.orchestration.metadata
-        .sqlite_metadata_connection_config(config.metadata_path))
+        metadata_connection_config=metadata.sqlite_metadata_connection_config(
+            config.metadata_path))
 
 
 def out_of_space(err: BaseException) -> str | None:
@@ -82,7 +83,7 @@ def run(config: PipelineConfig, to_component: str | None = None) -> None:
         current = _CurrentComponent()
         logging.getLogger("absl").addHandler(current)
         try:
-            tfx.orchestration.LocalDagRunner().run(build(config), run_options=run_options)
+            LocalDagRunner().run(build(config), run_options=run_options)
         except Exception as err:  # only a full disk is rephrased; anything else is a bug
             reason = out_of_space(err)
             if not reason:

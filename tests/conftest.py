@@ -4,8 +4,10 @@ or by module, so `make test-fast` can leave out everything that runs a pipeline 
 outside the venv."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
+import resource
 import subprocess
 import sys
 
@@ -35,6 +37,50 @@ SLOW_FIXTURES = {"overfit"}
 SMOKE_ROOT_FIXTURES = {"smoke_run", "smoke_rerun"}
 SMOKE_ROOT_MODULES = {"test_data_pipeline", "test_metadata", "test_metadata_stores",
                       "test_pipeline_e2e"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="list the N modules that used the most CPU time (theirs and their "
+                     "child processes'): what decides the suite's time on 2 cores")
+
+
+def _cpu_seconds() -> float:
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each phase's CPU time (this process and the children it waited for), carried to the
+    xdist controller in the report."""
+    report = (yield).get_result()
+    started = getattr(item, "_cpu_started", None)
+    now = _cpu_seconds()
+    if started is not None:
+        report.user_properties.append(("cpu_seconds", now - started))
+    item._cpu_started = now
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item._cpu_started = _cpu_seconds()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    count = config.getoption("--cpu-durations")
+    if count is None:
+        return
+    by_module: collections.Counter[str] = collections.Counter()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "cpu_seconds":
+                    by_module[report.nodeid.split("::", 1)[0]] += value
+    terminalreporter.write_sep("=", f"CPU time by module (top {count} of {len(by_module)}, "
+                               f"{sum(by_module.values()) / 60:.1f} min in all)")
+    for module, seconds in by_module.most_common(count or None):
+        terminalreporter.write_line(f"{seconds:8.1f}s  {module}")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:

@@ -16,7 +16,7 @@ import os
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
-from tfx import v1 as tfx
+from tfx.components.trainer.fn_args_utils import FnArgs
 
 from trainer_module import callbacks, devices, export, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset, validation_dataset
@@ -31,7 +31,7 @@ HISTORY_FILE = "history.json"
 HPARAMS_FILE = "hparams.json"
 
 
-def _hparams(fn_args: tfx.components.FnArgs,
+def _hparams(fn_args: FnArgs,
              tf_transform_output: tft.TFTransformOutput) -> hparams_lib.HParams:
     """The profile with the Trainer's overrides (steps, time budget, precision, any field by
     name), the real vocabulary sizes, and the precision resolved for this machine."""
@@ -54,7 +54,7 @@ def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
                  for name in (SOURCE_VOCAB, TARGET_VOCAB))
 
 
-def _checkpoint_dir(fn_args: tfx.components.FnArgs, hparams: hparams_lib.HParams) -> str:
+def _checkpoint_dir(fn_args: FnArgs, hparams: hparams_lib.HParams) -> str:
     """Stable across re-runs of the same training (same data, same hparams), so a killed
     Trainer resumes where it stopped instead of starting over."""
     root = (fn_args.custom_config or {}).get("checkpoint_root") or os.path.join(
@@ -78,7 +78,7 @@ def _build_keras_model(hparams: hparams_lib.HParams) -> Transformer:
     return model
 
 
-def _train_data(fn_args: tfx.components.FnArgs, tf_transform_output: tft.TFTransformOutput,
+def _train_data(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput,
                 hparams: hparams_lib.HParams) -> keras.utils.experimental.DatasetCreator:
     """One dataset per worker (its own shard of the examples), whose batches of batch_tokens
     go one per replica: N replicas train N x batch_tokens tokens per step."""
@@ -90,7 +90,7 @@ def _train_data(fn_args: tfx.components.FnArgs, tf_transform_output: tft.TFTrans
     return keras.utils.experimental.DatasetCreator(per_worker)
 
 
-def run_fn(fn_args: tfx.components.FnArgs) -> None:
+def run_fn(fn_args: FnArgs) -> None:
     """Trains with checkpoints every `checkpoint_every` steps, then exports for serving.
 
     Under MultiWorkerMirroredStrategy every worker runs this; only the chief keeps
