@@ -72,7 +72,8 @@ def _add_run_parser(subparsers) -> None:
     run.add_argument("--split-elisions", action=argparse.BooleanOptionalAction,
                      default=defaults.split_elisions,
                      help="split French elisions off the next word (l'homme -> l' homme; "
-                          "rejoined in translations)")
+                          "rejoined in translations; default); --no-split-elisions keeps them "
+                          "glued")
     run.add_argument("--joint-vocab", dest="joint_vocabulary",
                      action=argparse.BooleanOptionalAction, default=defaults.joint_vocabulary,
                      help="one vocabulary for English and French (--vocab-size pieces in all), "

@@ -19,7 +19,7 @@ TOKENIZERS = ("wordpiece", "word")
 DEFAULT_TOKENIZER = "wordpiece"
 # Transform's other tokenization defaults (preprocessing.TransformSettings; BENCHMARKS.md):
 DEFAULT_WHOLE_NUMBERS = True  # 3,50 and 5:30 stay one word: numbers detokenize unchanged
-DEFAULT_SPLIT_ELISIONS = False  # French l'homme -> l' homme
+DEFAULT_SPLIT_ELISIONS = True  # French l'homme -> l' homme (+0.8 test BLEU at 30 min)
 DEFAULT_JOINT_VOCABULARY = False  # one vocabulary for both languages, tied embeddings
 DEFAULT_WORDPIECE_MIN_COUNT = 10  # the WordPiece learner keeps no rarer piece (tf-text's default)
 
