@@ -85,6 +85,30 @@ def test_training_stops_at_exactly_the_requested_steps(tmp_path):
     assert [os.path.basename(p) for p in manager.checkpoints] == ["ckpt-20", "ckpt-30"]
 
 
+def test_history_counts_training_seconds_across_a_restart(tmp_path, monkeypatch):
+    """Each checkpoint records the training seconds so far, and a resumed run counts on from
+    the checkpoint it resumed, leaving out the time it was down: the time axis of
+    benchmarks/time_curve.py. The clock ticks 1 s per step."""
+    clock = types.SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(callbacks, "time", types.SimpleNamespace(time=lambda: clock.now))
+    tick = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda *_: setattr(clock, "now", clock.now + 1.0))
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer="sgd", loss="mse")
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), None)
+    history = os.path.join(tmp_path, "history.json")
+    data = tf.data.Dataset.from_tensors((np.ones([4, 2]), np.ones([4, 1]))).repeat()
+    # 20 steps, down for 500 s, then 10 more with a new callback, as a restarted Trainer has.
+    for initial_epoch, epochs in ((0, 2), (2, 3)):
+        model.fit(data, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=10, verbose=0,
+                  callbacks=[callbacks.CheckpointAndHistory(manager, history), tick])
+        clock.now += 500.0
+    with open(history) as f:
+        assert [(e["step"], e["train_seconds"]) for e in json.load(f)] == [
+            (10, 10.0), (20, 20.0), (30, 30.0)]
+    assert len(manager.checkpoints) == 3  # max_to_keep None (keep_checkpoints=0): all kept
+
+
 def test_non_chief_checkpoints_are_written_then_deleted(tmp_path):
     model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
     model.compile(optimizer="sgd", loss="mse")
@@ -161,12 +185,14 @@ def test_hparam_overrides_are_typed_and_checked():
 
 # fra.txt's train split as ExampleGen writes it: ~133,000 (English, reference) pairs, in the
 # file's order, which is sorted by length.
-TRAIN_PAIRS = 133_000
+# A third of fra.txt's ~133,000 training pairs: what matters is the buffer's share of the
+# split, and the whole split took 36 s to shuffle and batch here.
+TRAIN_PAIRS = 133_000 // 3
 
 
 def _epoch_of_batch_lengths(hparams: HParams) -> list[int]:
     """Padded length of each training batch, in order, over one epoch's worth of pairs of a
-    length-sorted split the size of fra.txt's."""
+    length-sorted split."""
     lengths = tf.constant(np.sort(np.random.default_rng(0).integers(2, 30, TRAIN_PAIRS)),
                           tf.int32)
     pairs = tf.data.Dataset.range(TRAIN_PAIRS).map(
@@ -182,8 +208,8 @@ def _epoch_of_batch_lengths(hparams: HParams) -> list[int]:
 
 def test_a_shuffle_buffer_covering_the_split_removes_the_length_trend():
     """shuffle_pairs >= the split: batches do not trend in length over an epoch. With a
-    buffer of a third of the split (the `cpu` profile's 50,000 pairs) each epoch runs from
-    short to long sentences, and the check sees it."""
+    buffer of a third of the split (the `cpu` profile's 50,000 of fra.txt's ~133,000 pairs)
+    each epoch runs from short to long sentences, and the check sees it."""
     cpu = get_profile("cpu")
     full = _epoch_of_batch_lengths(dataclasses.replace(cpu, shuffle_pairs=TRAIN_PAIRS))
     assert abs(stats.spearmanr(range(len(full)), full).statistic) < 0.1

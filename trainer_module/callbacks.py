@@ -82,8 +82,8 @@ class ProgressLogger(keras.callbacks.Callback):
 
 class CheckpointAndHistory(keras.callbacks.Callback):
     """Saves model + optimizer at the end of every epoch (= `checkpoint_every` steps, or where
-    training stopped), and appends the epoch's train/validation metrics to a JSON history that
-    survives restarts.
+    training stopped), and appends the epoch's train/validation metrics and the training
+    seconds so far (summed over restarts) to a JSON history that survives restarts.
 
     Under MultiWorkerMirroredStrategy every worker must save (saving distributed variables is a
     collective operation), but only the chief keeps its checkpoints (`keep`): the others save
@@ -95,6 +95,15 @@ class CheckpointAndHistory(keras.callbacks.Callback):
                  keep: bool = True) -> None:
         super().__init__()
         self.manager, self.history_path, self.keep = manager, history_path, keep
+        self._start, self._seconds_before = time.time(), 0.0
+
+    def on_train_begin(self, logs=None) -> None:
+        """A resumed run counts on from the training seconds of the checkpoint it resumed."""
+        step = int(self.model.optimizer.iterations.numpy())
+        self._start = time.time()
+        self._seconds_before = max((h.get("train_seconds", 0.0) for h in
+                                    load_history(self.history_path) if h["step"] <= step),
+                                   default=0.0)
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         step = int(self.model.optimizer.iterations.numpy())
@@ -104,7 +113,9 @@ class CheckpointAndHistory(keras.callbacks.Callback):
             return
         history = load_history(self.history_path)
         history = [h for h in history if h["step"] < step]
-        history.append({"step": step, **{k: float(v) for k, v in (logs or {}).items()}})
+        history.append({"step": step, **{k: float(v) for k, v in (logs or {}).items()},
+                        "train_seconds": round(self._seconds_before + time.time() - self._start,
+                                               1)})
         with tf.io.gfile.GFile(self.history_path, "w") as f:
             json.dump(history, f, indent=1)
         _LOG.info("Checkpoint at step %d: %s (validation loss %.3f).", step, path,

@@ -61,6 +61,7 @@ class HParams:
     batch_tokens: int = 8192
     train_steps: int = 10_000
     checkpoint_every: int = 2000
+    keep_checkpoints: int = 2  # 0: keep all (a BLEU-vs-time curve, benchmarks/time_curve.py)
     max_source_length: int = 128  # training pairs with more tokens (without START/END) are dropped
     max_target_length: int = 128
     bucketing: bool = True  # False: pad every pair to max_*_length (the seeds' input pipeline)

@@ -112,7 +112,8 @@ def run_fn(fn_args: FnArgs) -> None:
                       int(model.optimizer.iterations.numpy()), hparams.train_steps)
         write_dir = checkpoint_dir if chief else os.path.join(
             checkpoint_dir, f".{devices.worker_name(strategy)}-temp")
-        manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=2 if chief else 1)
+        manager = tf.train.CheckpointManager(
+            checkpoint, write_dir, max_to_keep=(hparams.keep_checkpoints or None) if chief else 1)
     history_path = os.path.join(checkpoint_dir, HISTORY_FILE)
     step = int(model.optimizer.iterations.numpy())
     if step < hparams.train_steps:
