@@ -17,7 +17,8 @@ search; sacreBLEU, all references):
         [--model-run ROOT/Trainer/model_run/N] [--beam] [--out benchmarks/results_time_curve.json]
 
 The history's `train_seconds` (wall seconds of training, validation included, summed over
-restarts) gives each checkpoint's time; runs from before it was recorded need --seconds-per-step.
+restarts) gives each checkpoint's time; runs from before it was recorded, or that shared the
+CPU with other work, give --seconds-per-step (an idle run's rate) instead.
 """
 from __future__ import annotations
 
@@ -33,15 +34,17 @@ from benchmarks.train_throughput import latest
 
 
 def checkpoint_at(history: list[dict], seconds: float, seconds_per_step: float | None) -> dict:
-    """The last history entry (one per checkpoint) written within `seconds` of training."""
+    """The last history entry (one per checkpoint) written within `seconds` of training
+    (0.1 % slack, so that step 1,442 at 1800/1442 s per step counts as within 30 minutes).
+    `seconds_per_step`, when given, is the clock instead of the history's train_seconds."""
     def elapsed(entry: dict) -> float:
-        if "train_seconds" in entry:
-            return entry["train_seconds"]
-        if seconds_per_step is None:
+        if seconds_per_step is not None:
+            return entry["step"] * seconds_per_step
+        if "train_seconds" not in entry:
             raise SystemExit("this run's history has no train_seconds: pass --seconds-per-step")
-        return entry["step"] * seconds_per_step
+        return entry["train_seconds"]
 
-    within = [entry for entry in history if elapsed(entry) <= seconds]
+    within = [entry for entry in history if elapsed(entry) <= seconds * 1.001]
     if not within:
         raise SystemExit(f"no checkpoint within {seconds / 60:g} minutes (the first is at step "
                          f"{history[0]['step']}, {elapsed(history[0]) / 60:.1f} minutes)")
@@ -110,7 +113,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, nargs="+", required=True)
     parser.add_argument("--model-run", help="default: the newest Trainer ModelRun of the root")
     parser.add_argument("--seconds-per-step", type=float,
-                        help="for histories without train_seconds (older runs)")
+                        help="time each checkpoint as step x this instead of the history's "
+                             "train_seconds: for older runs, and runs that shared the CPU")
     parser.add_argument("--beam", action="store_true", help="also score beam search")
     parser.add_argument("--out", default="benchmarks/results_time_curve.json")
     args = parser.parse_args()
