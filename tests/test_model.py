@@ -347,3 +347,35 @@ def test_profiles_and_vocab_sizes():
     sized = get_profile("cpu").with_vocab_sizes(8000, 9000)
     assert (sized.source_vocab_size, sized.target_vocab_size) == (8000, 9000)
     assert get_profile("cpu").source_vocab_size == 0  # the profile itself is untouched
+
+
+class _BranchOnTensor(Transformer):
+    """A model whose call has a Python `if` on a tensor: AutoGraph would turn it into a
+    tf.cond; traced as written, TensorFlow refuses it."""
+
+    def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
+        if tf.reduce_any(inputs[0] > 0):
+            return super().call(inputs, training=training)
+        return super().call(inputs, training=training)
+
+
+@pytest.mark.parametrize("step", ["fit", "evaluate", "export"])
+def test_train_test_and_serving_steps_trace_without_autograph(step):
+    """The model, and Keras' steps around it, are plain ops and explicit tf.while_loops, so
+    fit, evaluate and the exported signatures trace them as written: AutoGraph would re-write
+    the source of ~150 functions at every trace, which took a third of a smoke Trainer's time."""
+    from trainer_module.export import _signature
+
+    model = _BranchOnTensor(tiny_hparams())
+    model((tf.ones([1, 2], tf.int32), tf.ones([1, 2], tf.int32)))
+    model.compile(optimizer="adam", loss=optimization.GlobalTokenMeanLoss())
+    data = tf.data.Dataset.from_tensors(((tf.ones([2, 3], tf.int32), tf.ones([2, 3], tf.int32)),
+                                         tf.ones([2, 3], tf.int32)))
+    with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+        if step == "fit":
+            model.fit(data, verbose=0)
+        elif step == "evaluate":
+            model.evaluate(data, verbose=0)
+        else:
+            _signature("english")(lambda english: model((tf.ones([1, 2], tf.int32),) * 2))(
+                tf.constant(["a"]))

@@ -300,6 +300,17 @@ class Transformer(keras.Model):
         self.output_projection = None if hparams.tie_output_to_embedding else keras.layers.Dense(
             hparams.target_vocab_size, name="output_projection", dtype=policy)
 
+    # The model, and Keras' step around it, are plain TensorFlow ops and explicit
+    # tf.while_loops, so AutoGraph has nothing to convert there: without it, the step function
+    # traces without re-writing ~150 functions' source (tests/test_model.py checks it stays so).
+    @tf.autograph.experimental.do_not_convert
+    def train_step(self, data: Any) -> dict[str, tf.Tensor]:
+        return super().train_step(data)
+
+    @tf.autograph.experimental.do_not_convert
+    def test_step(self, data: Any) -> dict[str, tf.Tensor]:
+        return super().test_step(data)
+
     def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
         """(source_ids [B, S], target_in_ids [B, T]) int -> logits [B, T, target_vocab] float32."""
         source_ids, target_in_ids = inputs
