@@ -81,6 +81,31 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
                                f"{sum(by_module.values()) / 60:.1f} min in all)")
     for module, seconds in by_module.most_common(count or None):
         terminalreporter.write_line(f"{seconds:8.1f}s  {module}")
+    _write_worker_timeline(terminalreporter)
+
+
+def _write_worker_timeline(terminalreporter) -> None:
+    """Which worker ran which module when (minutes from the first test): shows a suite that
+    waits on one worker's last modules while the other is idle."""
+    spans: dict[str, dict[str, list[float]]] = collections.defaultdict(dict)
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            node = getattr(report, "node", None)
+            if node is None or not hasattr(report, "start"):
+                continue
+            module = os.path.basename(report.nodeid.split("::", 1)[0])
+            span = spans[node.gateway.id].setdefault(module, [report.start, report.stop])
+            span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+    if not spans:
+        return
+    origin = min(start for modules in spans.values() for start, _ in modules.values())
+    terminalreporter.write_sep("=", "modules per worker, minutes from the first test")
+    for worker, modules in sorted(spans.items()):
+        order = sorted(modules.items(), key=lambda item: item[1][0])
+        terminalreporter.write_line(f"{worker}: " + ", ".join(
+            f"{module.removeprefix('test_').removesuffix('.py')} "
+            f"{(start - origin) / 60:.1f}-{(stop - origin) / 60:.1f}"
+            for module, (start, stop) in order))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
