@@ -10,7 +10,7 @@ directory. This one never shows a reader half a model:
 - On object stores (gs://, s3://, any `scheme://`) a rename is a copy then a delete, not atomic.
   There the files go straight to `<base>/<version>/`, `saved_model.pb` last; a version counts
   as pushed only once its `saved_model.pb` exists, so a reader that lists versions with
-  `pushed_versions` never sees one without every file.
+  `serving_versions.pushed_versions` never sees one without every file.
 
 A failed push (e.g. a full disk) removes what it wrote.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import time
 import uuid
 
 from tfx.components import Pusher
@@ -30,35 +29,9 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
+from components.serving_versions import SAVED_MODEL, is_object_store, next_version
+
 _LOG = logging.getLogger(__name__)
-SAVED_MODEL = "saved_model.pb"  # written last on object stores: a version's "complete" mark
-
-
-def is_object_store(path: str) -> bool:
-    """gs://, s3:// and other `scheme://` paths, where a rename is not atomic."""
-    return "://" in path
-
-
-def _version_names(base_directory: str) -> list[int]:
-    """Every integer-named entry, complete or still being written."""
-    if not fileio.exists(base_directory):
-        return []
-    return sorted(int(name.rstrip("/")) for name in fileio.listdir(base_directory)
-                  if name.rstrip("/").isdigit())
-
-
-def pushed_versions(base_directory: str) -> list[int]:
-    """Complete versions under `base_directory` (those with a saved_model.pb), ascending.
-
-    Lists through TFX's filesystem layer: tf.io.gfile for gs://, s3://, hdfs:// and local paths.
-    """
-    return [v for v in _version_names(base_directory)
-            if fileio.exists(os.path.join(base_directory, str(v), SAVED_MODEL))]
-
-
-def next_version(base_directory: str) -> int:
-    """The Unix time, or one more than the newest version (complete or not) if that is newer."""
-    return max([int(time.time())] + [v + 1 for v in _version_names(base_directory)])
 
 
 def publish(model_path: str, base_directory: str) -> tuple[int, str]:

@@ -25,9 +25,9 @@ def resolve_model_dir(path: str) -> str:
 
     if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
         return path
-    from components import atomic_pusher  # imports TFX
+    from components.serving_versions import pushed_versions
 
-    versions = atomic_pusher.pushed_versions(path) if tf.io.gfile.isdir(path) else []
+    versions = pushed_versions(path) if tf.io.gfile.isdir(path) else []
     if not versions:
         raise TranslateError(f"No pushed model in {path}: run the pipeline first "
                              "(`nmt run`) or pass --model PATH to a SavedModel.")

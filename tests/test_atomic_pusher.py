@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from components import atomic_pusher
+from components import atomic_pusher, serving_versions
 from helpers import make_model_dir
 
 
@@ -15,7 +15,7 @@ def test_versions_increase_even_within_one_second(tmp_path):
     first, path = atomic_pusher.publish(model, base)
     second, _ = atomic_pusher.publish(model, base)
     assert first >= int(time.time()) - 5 and second == first + 1
-    assert atomic_pusher.pushed_versions(base) == [first, second]
+    assert serving_versions.pushed_versions(base) == [first, second]
     assert sorted(os.listdir(base)) == [str(first), str(second)]  # no staging left behind
     assert open(os.path.join(path, "saved_model.pb"), "rb").read() == b"graph"
     assert os.path.isfile(os.path.join(path, "variables", "variables.index"))
@@ -27,7 +27,7 @@ def test_a_newer_existing_version_is_respected(tmp_path):
     (base / "notes").mkdir()
     version, _ = atomic_pusher.publish(make_model_dir(tmp_path / "model"), str(base))
     assert version == 10_000_000_000
-    assert atomic_pusher.pushed_versions(str(base)) == [9999999999, 10_000_000_000]
+    assert serving_versions.pushed_versions(str(base)) == [9999999999, 10_000_000_000]
 
 
 def test_readers_never_see_a_partial_version(tmp_path, monkeypatch):
@@ -38,9 +38,9 @@ def test_readers_never_see_a_partial_version(tmp_path, monkeypatch):
 
     def observing_copy(src, dst, *args, **kwargs):
         copy_dir(src, dst, *args, **kwargs)
-        seen_during_copy.extend(atomic_pusher.pushed_versions(str(base)))
+        seen_during_copy.extend(serving_versions.pushed_versions(str(base)))
 
     monkeypatch.setattr(atomic_pusher.io_utils, "copy_dir", observing_copy)
     version, _ = atomic_pusher.publish(make_model_dir(tmp_path / "model"), str(base))
     assert seen_during_copy == []
-    assert atomic_pusher.pushed_versions(str(base)) == [version]
+    assert serving_versions.pushed_versions(str(base)) == [version]

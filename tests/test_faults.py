@@ -21,7 +21,7 @@ import zipfile
 import pytest
 import tensorflow_model_analysis as tfma
 
-from components import atomic_pusher
+from components import atomic_pusher, serving_versions
 from components.fra_example_gen.executor import read_split
 from helpers import (REPO, FakeObjectStore, cached_components, checkpoint_steps, last_line,
                      latest_artifact, live_artifacts, make_model_dir, open_store, run_nmt,
@@ -343,7 +343,7 @@ def test_concurrent_pushers_never_share_a_version(tmp_path, monkeypatch):
         thread.join(60)
     assert choices[0] == choices[1]  # the race really happened
     assert sorted(v for v, _ in results.values()) == [choices[0], choices[0] + 1]
-    assert atomic_pusher.pushed_versions(base) == [choices[0], choices[0] + 1]
+    assert serving_versions.pushed_versions(base) == [choices[0], choices[0] + 1]
     assert sorted(os.listdir(base)) == [str(choices[0]), str(choices[0] + 1)]  # no staging
     graphs = {open(os.path.join(path, "saved_model.pb"), "rb").read()
               for _, path in results.values()}
@@ -380,7 +380,7 @@ def test_object_store_readers_never_see_a_half_pushed_version(tmp_path, bucket, 
     seen = []
 
     def reader() -> None:
-        for version in atomic_pusher.pushed_versions(base):
+        for version in serving_versions.pushed_versions(base):
             prefix = f"{base}/{version}/"
             files = {k[len(prefix):]: v for k, v in bucket.objects.items()
                      if k.startswith(prefix)}
@@ -391,7 +391,7 @@ def test_object_store_readers_never_see_a_half_pushed_version(tmp_path, bucket, 
     first, path = atomic_pusher.publish(model, base)
     second, _ = atomic_pusher.publish(model, base)
     assert path == f"{base}/{first}" and second == first + 1
-    assert atomic_pusher.pushed_versions(base) == [first, second]
+    assert serving_versions.pushed_versions(base) == [first, second]
     assert len(bucket.objects) == 2 * len(expected)
     # Each version is listed from its last object (saved_model.pb) on, never before.
     assert seen == [first] * (len(expected) + 1) + [second]
@@ -402,7 +402,7 @@ def test_object_store_skips_an_unfinished_version(tmp_path, bucket):
     reused."""
     base = "fakeobj://bucket/serving/nmt"
     bucket.objects[f"{base}/5000000000/variables/variables.index"] = b"index"
-    assert atomic_pusher.pushed_versions(base) == []
+    assert serving_versions.pushed_versions(base) == []
     version, _ = atomic_pusher.publish(make_model_dir(tmp_path / "model"), base)
     assert version == 5000000001
-    assert atomic_pusher.pushed_versions(base) == [version]
+    assert serving_versions.pushed_versions(base) == [version]
