@@ -8,7 +8,8 @@ beam search where asked) and sacreBLEU scores them against all references. Run i
 the machine: the budget is wall time, so anything else running costs a variant steps.
 
 Usage: python benchmarks/ablation.py --data ../shared/data/fra-eng/fra.txt \\
-           --pipeline-root /work/runs/full --seconds 600 [--variant NAME ...] [--beam NAME ...] \\
+           --pipeline-root /work/runs/full (--seconds 600 | --steps 1442) [--variant NAME ...] \\
+           [--beam NAME ...] \\
            [--out benchmarks/results_ablation.json]
 Results are appended per variant as they finish, so a long run can be read (and resumed with
 --variant) part way.
@@ -38,6 +39,7 @@ VARIANTS: dict[str, list[str]] = {
     "no_whole_numbers": ["--no-whole-numbers"],
     "default_seed_1": ["--hparam", "seed=1"],
     "bfloat16": ["--precision", "mixed_bfloat16"],
+    "cooldown_0.2": ["--hparam", "cooldown_fraction=0.2"],
 }
 BEAM_VARIANTS = ("default",)  # beam search costs ~2.4x the decoding time; scored where asked
 
@@ -47,8 +49,10 @@ def train(name: str, flags: list[str], args: argparse.Namespace) -> dict:
     log_path = os.path.join(args.pipeline_root, f"ablation-{name}.log")
     command = [os.path.join(os.path.dirname(sys.executable), "nmt"), "run", "--data", args.data,
                "--pipeline-root", args.pipeline_root, "--profile", "cpu", "--to", "Trainer",
-               "--max-train-seconds", str(args.seconds), *flags]
-    print(f"[{name}] training for {args.seconds:.0f} s: {' '.join(command)} (log: {log_path})",
+               *(["--train-steps", str(args.steps)] if args.steps
+                 else ["--max-train-seconds", str(args.seconds)]), *flags]
+    budget = f"{args.steps} steps" if args.steps else f"{args.seconds:.0f} s"
+    print(f"[{name}] training for {budget}: {' '.join(command)} (log: {log_path})",
           file=sys.stderr, flush=True)
     start = time.time()
     with open(log_path, "w") as log:
@@ -82,6 +86,10 @@ def main() -> None:
     parser.add_argument("--data", required=True)
     parser.add_argument("--pipeline-root", required=True)
     parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--steps", type=int, default=0,
+                        help="train exactly this many steps instead of --seconds: for variants "
+                        "that cost the same per step (the learning-rate schedule), the steps a "
+                        "time budget reached are that budget, without the machine's noise")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
                         help="run only these (default: all, in the table's order)")
     parser.add_argument("--beam", action="append", choices=sorted(VARIANTS),
@@ -97,7 +105,7 @@ def main() -> None:
     for number, name in enumerate(names, 1):
         began = time.time()
         row = train(name, VARIANTS[name], args)
-        row["seconds_budget"] = args.seconds
+        row["seconds_budget" if not args.steps else "steps_budget"] = args.steps or args.seconds
         score(row, args.pipeline_root, beam=name in (args.beam or BEAM_VARIANTS))
         results[name] = row
         with open(args.out, "w") as f:

@@ -274,7 +274,24 @@ def test_learning_rate_schedule_warms_up_then_decays():
     optimizer = optimization.make_optimizer(tiny_hparams())
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
     assert optimizer.get_config()["learning_rate"]["config"] == {
-        "d_model": 32, "warmup_steps": 20, "scale": 0.5}
+        "d_model": 32, "warmup_steps": 20, "scale": 0.5, "train_steps": 40, "cooldown_steps": 0}
+
+
+def test_cooldown_decays_the_rate_linearly_to_zero_over_the_last_steps():
+    plain = optimization.TransformerSchedule(256, 500, scale=0.5)
+    cooled = optimization.learning_rate_schedule(dataclasses.replace(
+        tiny_hparams(), d_model=256, warmup_steps=500, learning_rate_scale=0.5,
+        train_steps=2000, cooldown_fraction=0.2))
+    assert cooled.cooldown_steps == 400
+    iterations = np.arange(2001)
+    factor = cooled(iterations).numpy() / plain(iterations).numpy()
+    np.testing.assert_allclose(factor[:1600], 1.0, rtol=1e-6)  # the paper's schedule until then
+    np.testing.assert_allclose(factor[1600:2000], np.arange(400, 0, -1) / 400, rtol=1e-4)
+    assert factor[1999] > 0.0 and factor[2000] == 0.0  # the last update (step 2000) still moves
+    clone = optimization.TransformerSchedule.from_config(cooled.get_config())
+    np.testing.assert_allclose(clone(iterations).numpy(), cooled(iterations).numpy())
+    with pytest.raises(ValueError, match="cooldown_fraction must be in"):
+        dataclasses.replace(tiny_hparams(), cooldown_fraction=1.5)
 
 
 def test_loss_and_metrics_ignore_padding():

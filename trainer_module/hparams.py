@@ -47,6 +47,10 @@ class HParams:
     # Multiplies the paper's schedule: its peak d_model^-0.5 * warmup^-0.5 is tied to the warmup
     # length, so short runs (short warmup) need this to keep the peak learning rate sane.
     learning_rate_scale: float = 1.0
+    # The learning rate decays linearly to zero over this last fraction of train_steps (0: the
+    # paper's schedule, which never anneals). Counted in steps: a --max-train-seconds budget that
+    # stops training first skips the cooldown, so give such runs the --train-steps that fit.
+    cooldown_fraction: float = 0.0
     optimizer: str = "adam"  # "adam" (the paper's) or "rmsprop" (the seeds' recipe, default rate)
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
@@ -101,6 +105,8 @@ class HParams:
             raise ValueError("dropout_rate and label_smoothing must be in [0, 1)")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
+        if not 0.0 <= self.cooldown_fraction <= 1.0:
+            raise ValueError(f"cooldown_fraction must be in [0, 1], got {self.cooldown_fraction}")
         if not 0.0 <= self.ema_momentum < 1.0:
             raise ValueError(f"ema_momentum must be in [0, 1), got {self.ema_momentum}")
         if self.precision not in PRECISIONS:

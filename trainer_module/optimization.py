@@ -99,25 +99,52 @@ class Perplexity(keras.metrics.Mean):
 
 
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (paper eq. 3).
+    """scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (paper eq. 3), times a
+    linear cooldown to zero over the last `cooldown_steps` of `train_steps` (0: none).
 
-    The optimizer counts iterations from 0; the paper's step numbers start at 1, so the first
-    update already has a non-zero rate. Peak: scale * (d_model * warmup_steps)^-0.5.
+    The paper's rate never anneals, so the last weights of a short run are noisy; decaying to
+    zero at the end of the budget (a "warmup-stable-decay" schedule, Hägele et al. 2024) settles
+    them. The cooldown is counted in steps, so every worker and every resumed run sees the same
+    rates. The optimizer counts iterations from 0; the paper's step numbers start at 1, so the
+    first update already has a non-zero rate, and so does the last one (step == train_steps).
+    Peak: scale * (d_model * warmup_steps)^-0.5.
     """
 
-    def __init__(self, d_model: int, warmup_steps: int, scale: float = 1.0) -> None:
+    def __init__(self, d_model: int, warmup_steps: int, scale: float = 1.0,
+                 train_steps: int = 0, cooldown_steps: int = 0) -> None:
         super().__init__()
+        if cooldown_steps and not 0 < cooldown_steps <= train_steps:
+            raise ValueError(f"cooldown_steps={cooldown_steps} must be within "
+                             f"train_steps={train_steps}")
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale
+        self.train_steps = train_steps
+        self.cooldown_steps = cooldown_steps
 
     def __call__(self, step: tf.Tensor) -> tf.Tensor:
         step = tf.cast(step, tf.float32) + 1.0
-        return (self.scale * self.d_model ** -0.5
+        rate = (self.scale * self.d_model ** -0.5
                 * tf.minimum(tf.math.rsqrt(step), step * self.warmup_steps ** -1.5))
+        if not self.cooldown_steps:
+            return rate
+        return rate * tf.clip_by_value(
+            (self.train_steps + 1.0 - step) / self.cooldown_steps, 0.0, 1.0)
 
     def get_config(self) -> dict[str, Any]:
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale,
+                "train_steps": self.train_steps, "cooldown_steps": self.cooldown_steps}
+
+
+def cooldown_steps(hparams: HParams) -> int:
+    """The last steps of `train_steps` over which the learning rate decays to zero."""
+    return round(hparams.cooldown_fraction * hparams.train_steps)
+
+
+def learning_rate_schedule(hparams: HParams) -> TransformerSchedule:
+    """The warm-up schedule scaled for the profile, with its cooldown if any."""
+    return TransformerSchedule(hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale,
+                               hparams.train_steps, cooldown_steps(hparams))
 
 
 def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
@@ -133,8 +160,7 @@ def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
         optimizer = keras.optimizers.RMSprop(**averaging)
     else:
         optimizer = keras.optimizers.Adam(
-            learning_rate=TransformerSchedule(
-                hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale),
+            learning_rate=learning_rate_schedule(hparams),
             beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon,
             **averaging)
     if hparams.precision == "mixed_float16":  # bfloat16 has float32's range: no scaling

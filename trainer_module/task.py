@@ -22,7 +22,7 @@ from trainer_module import callbacks, devices, export, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset, validation_dataset
 from trainer_module.model import Transformer
 from trainer_module.optimization import (GlobalTokenMeanLoss, MaskedAccuracy, Perplexity,
-                                         make_optimizer)
+                                         cooldown_steps, make_optimizer)
 from trainer_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB,
                                           shares_vocabulary)
 
@@ -101,6 +101,11 @@ def run_fn(fn_args: FnArgs) -> None:
     strategy = devices.choose_strategy()
     chief = devices.writes_results(strategy)
     _LOG.info("Training the Transformer: %s", json.dumps(dataclasses.asdict(hparams)))
+    if hparams.cooldown_fraction and hparams.max_train_seconds:
+        _LOG.info("The learning rate decays to zero over steps %d-%d; if the %.0f s budget "
+                  "stops training first, that cooldown is cut short.",
+                  hparams.train_steps - cooldown_steps(hparams) + 1, hparams.train_steps,
+                  hparams.max_train_seconds)
     checkpoint_dir = _checkpoint_dir(fn_args, hparams)
     with strategy.scope():
         model = _build_keras_model(hparams)
