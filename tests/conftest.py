@@ -225,7 +225,10 @@ def smoke_run(fra_sample, tmp_path_factory) -> SmokeRun:
 
 @pytest.fixture(scope="session")
 def smoke_rerun(smoke_run, fra_sample) -> subprocess.CompletedProcess:
-    """A second run whose candidate trains for 2 steps only: worse, partly cached."""
+    """A second run whose candidate trains for 2 steps only: worse, partly cached. fra.txt
+    gets a new modification time first, same content (a copy without -p, a checkout)."""
+    later = os.stat(fra_sample).st_mtime_ns + 3_600 * 10**9
+    os.utime(fra_sample, ns=(later, later))
     result = run_nmt(*smoke_args(fra_sample, smoke_run.root, 2))
     assert result.returncode == 0, result.stderr[-5000:]
     return result

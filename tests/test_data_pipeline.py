@@ -71,9 +71,9 @@ def test_validation_passes_on_real_data(smoke_run):
     assert blessed == {"train": 1, "eval": 1, "test": 1}
 
 
-def test_rerun_on_unchanged_input_is_cached(smoke_rerun):
-    """The smoke root's third run changes only the Trainer's steps: the data half and
-    Transform come from the cache."""
+def test_rerun_on_unchanged_input_is_cached_even_with_a_new_mtime(smoke_rerun):
+    """The smoke root's third run changes only the Trainer's steps, and fra.txt's modification
+    time (not its content): the data half and Transform come from the cache."""
     for component in UPSTREAM:
         assert f"Component {component} is running." in smoke_rerun.stderr
     assert cached_components(smoke_rerun.stderr) == len(UPSTREAM)

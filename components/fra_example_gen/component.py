@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any, Sequence
 
 from tfx.components.example_gen import driver, utils
@@ -17,6 +18,8 @@ from components.fra_example_gen import executor, parser
 
 SPLIT_NAMES = ("train", "eval", "test")
 PARTITION_FEATURE = "english"
+# The modification-time part of TFX's input fingerprint (tfx.utils.io_utils.generate_fingerprint).
+_MTIME_CHECKSUMS = re.compile(r",xor_checksum:\d+,sum_checksum:\d+")
 
 
 def split_output_config(percentages: Sequence[int]) -> example_gen_pb2.Output:
@@ -39,12 +42,14 @@ def split_output_config(percentages: Sequence[int]) -> example_gen_pb2.Output:
 
 
 class ContentFingerprintDriver(driver.FileBasedDriver):
-    """TFX's driver, with each input file's sha256 added to the fingerprint.
+    """TFX's driver, with the input files' modification times replaced by their sha256.
 
     TFX fingerprints input files by size and modification time (in seconds), and the
-    fingerprint is part of ExampleGen's cache key: an edited fra.txt of the same size whose
-    mtime was kept (`cp -p`, `rsync -t`, a restored backup) would reuse stale examples. With the
-    content in the key, a changed file re-executes ExampleGen and so everything downstream.
+    fingerprint is part of ExampleGen's cache key. So an edited fra.txt of the same size whose
+    mtime was kept (`cp -p`, `rsync -t`, a restored backup) would reuse stale examples, and an
+    identical one with a new mtime (a copy, a checkout, a restored volume) would re-run
+    ExampleGen and everything downstream, the Trainer included. Keyed by content, a changed
+    file re-executes and an unchanged one is cached.
     """
 
     def resolve_exec_properties(self, exec_properties: dict[str, Any], pipeline_info,
@@ -58,7 +63,9 @@ class ContentFingerprintDriver(driver.FileBasedDriver):
         digests = [f"{path} sha256:{executor.file_fingerprint(path)['sha256']}"
                    for split in input_config.splits
                    for path in sorted(fileio.glob(os.path.join(input_base, split.pattern)))]
-        exec_properties[utils.FINGERPRINT_PROPERTY_NAME] += "\n" + "\n".join(digests)
+        # "split:NAME,num_files:N,total_bytes:B,xor_checksum:MTIME,sum_checksum:MTIME" per split
+        sizes = _MTIME_CHECKSUMS.sub("", exec_properties[utils.FINGERPRINT_PROPERTY_NAME])
+        exec_properties[utils.FINGERPRINT_PROPERTY_NAME] = "\n".join([sizes, *digests])
         return exec_properties
 
 
