@@ -1,11 +1,11 @@
 """Test BLEU against training time, from the checkpoints of one long Trainer run (issue #10).
 
-The learning-rate schedule does not depend on the budget, so the checkpoint a run wrote after
-N minutes is the model an N-minute run would have exported. Train once, keeping every
-checkpoint:
+Without a cooldown the learning-rate schedule does not depend on the budget, so the checkpoint
+a run wrote after N minutes is the model an N-minute run would have exported. Train once
+without the cooldown, keeping every checkpoint:
 
     nmt run --data ../shared/data/fra-eng/fra.txt --pipeline-root ROOT --profile cpu \\
-        --to Trainer --max-train-seconds 7200 \\
+        --to Trainer --max-train-seconds 7200 --hparam cooldown_fraction=0 \\
         --hparam keep_checkpoints=0 --hparam checkpoint_every=250
 
 then, for each budget, the last checkpoint written within it is restored into the run's model
@@ -64,6 +64,11 @@ def export_checkpoint(model_run: str, checkpoint: str, pipeline_root: str,
 
     with open(os.path.join(model_run, "hparams.json")) as f:
         hparams = HParams(**json.load(f))
+    if hparams.cooldown_fraction:
+        raise SystemExit(
+            f"{model_run} decayed its learning rate over its last {hparams.cooldown_fraction:.0%} "
+            "of steps, so its earlier checkpoints are not what shorter runs would export: train "
+            "the curve's run with --hparam cooldown_fraction=0")
     model = _build_keras_model(dataclasses.replace(hparams, use_xla=False))
     tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(
         checkpoint).assert_existing_objects_matched()
