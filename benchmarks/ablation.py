@@ -8,8 +8,8 @@ beam search where asked) and sacreBLEU scores them against all references. Run i
 the machine: the budget is wall time, so anything else running costs a variant steps.
 
 Usage: python benchmarks/ablation.py --data ../shared/data/fra-eng/fra.txt \\
-           --pipeline-root /work/runs/full (--seconds 600 | --steps 1442) [--variant NAME ...] \\
-           [--beam NAME ...] \\
+           --pipeline-root /work/runs/full (--seconds 600 | --steps 1442 [--step-cost NAME=RATIO]) \\
+           [--variant NAME ...] [--beam NAME ...] \\
            [--out benchmarks/results_ablation.json]
 Results are appended per variant as they finish, so a long run can be read (and resumed with
 --variant) part way.
@@ -45,8 +45,19 @@ VARIANTS: dict[str, list[str]] = {
     # The default since the 1,442-step comparison, whose row (results_ablation_cooldown.json)
     # is named "cooldown_0.2": it was then `--hparam cooldown_fraction=0.2` on top of none.
     "no_cooldown": ["--hparam", "cooldown_fraction=0"],
+    "no_dropout": ["--hparam", "dropout_rate=0"],
+    # A deep encoder with a shallow decoder (Kasai et al. 2021); cheaper per step, so give it
+    # its --step-cost for an equal-time comparison.
+    "enc4_dec1": ["--hparam", "num_layers=4", "--hparam", "num_decoder_layers=1"],
+    "enc4_dec1_no_dropout": ["--hparam", "num_layers=4", "--hparam", "num_decoder_layers=1",
+                             "--hparam", "dropout_rate=0"],
 }
 BEAM_VARIANTS = ("default",)  # beam search costs ~2.4x the decoding time; scored where asked
+
+
+def steps_for(name: str, args: argparse.Namespace) -> int:
+    """--steps, divided by the variant's --step-cost: the same wall time at its speed."""
+    return round(args.steps / args.step_cost.get(name, 1.0))
 
 
 def train(name: str, flags: list[str], args: argparse.Namespace) -> dict:
@@ -54,9 +65,9 @@ def train(name: str, flags: list[str], args: argparse.Namespace) -> dict:
     log_path = os.path.join(args.pipeline_root, f"ablation-{name}.log")
     command = [os.path.join(os.path.dirname(sys.executable), "nmt"), "run", "--data", args.data,
                "--pipeline-root", args.pipeline_root, "--profile", "cpu", "--to", "Trainer",
-               *(["--train-steps", str(args.steps)] if args.steps
+               *(["--train-steps", str(steps_for(name, args))] if args.steps
                  else ["--max-train-seconds", str(args.seconds)]), *flags]
-    budget = f"{args.steps} steps" if args.steps else f"{args.seconds:.0f} s"
+    budget = f"{steps_for(name, args)} steps" if args.steps else f"{args.seconds:.0f} s"
     print(f"[{name}] training for {budget}: {' '.join(command)} (log: {log_path})",
           file=sys.stderr, flush=True)
     start = time.time()
@@ -95,6 +106,9 @@ def main() -> None:
                         help="train exactly this many steps instead of --seconds: for variants "
                         "that cost the same per step (the learning-rate schedule), the steps a "
                         "time budget reached are that budget, without the machine's noise")
+    parser.add_argument("--step-cost", action="append", default=[], metavar="NAME=RATIO",
+                        help="with --steps: the variant's time per step over the default's "
+                        "(benchmarks/step_time.py); it trains steps / RATIO steps")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
                         help="run only these (default: all, in the table's order)")
     parser.add_argument("--beam", action="append", choices=sorted(VARIANTS),
@@ -102,6 +116,8 @@ def main() -> None:
                         f"{', '.join(BEAM_VARIANTS)})")
     parser.add_argument("--out", default="benchmarks/results_ablation.json")
     args = parser.parse_args()
+    args.step_cost = {name: float(ratio) for name, _, ratio in
+                      (item.partition("=") for item in args.step_cost)}
     results = {}
     if os.path.exists(args.out):
         with open(args.out) as f:
@@ -110,7 +126,11 @@ def main() -> None:
     for number, name in enumerate(names, 1):
         began = time.time()
         row = train(name, VARIANTS[name], args)
-        row["seconds_budget" if not args.steps else "steps_budget"] = args.steps or args.seconds
+        if args.steps:
+            row["steps_budget"] = steps_for(name, args)
+            row["step_cost"] = args.step_cost.get(name, 1.0)
+        else:
+            row["seconds_budget"] = args.seconds
         score(row, args.pipeline_root, beam=name in (args.beam or BEAM_VARIANTS))
         results[name] = row
         with open(args.out, "w") as f:

@@ -136,6 +136,24 @@ def test_cached_decoding_equals_full_decoding(model, sources):
         assert length <= limit and np.all(row[:length] != PAD_ID) and np.all(row[length:] == PAD_ID)
 
 
+def test_a_shallow_decoder_has_its_own_depth_and_decodes_from_its_cache(sources):
+    model = Transformer(tiny_hparams(num_layers=3, num_decoder_layers=1,
+                                     tie_output_to_embedding=False))
+    target = padded_ids(np.random.default_rng(5), [6] * 5, TARGET_VOCAB)
+    model((sources, target))
+    seeded_weights(model, seed=2)
+    assert (len(model.encoder_layers), len(model.decoder_layers)) == (3, 1)
+    assert model.cross_attention_weights(sources, target).shape[1] == 1
+    memory, source_mask = model.encode(sources)
+    full_logits, _ = model.decode(target, memory, source_mask)
+    cache = model.init_cache(memory, source_mask, 6)
+    for step in range(6):
+        logits, cache = model.decode_step(tf.constant(target[:, step]), tf.constant(step), cache)
+        np.testing.assert_allclose(logits, full_logits[:, step], atol=1e-4)
+    with pytest.raises(ValueError, match="num_decoder_layers >= 0"):
+        tiny_hparams(num_decoder_layers=-1)
+
+
 def test_beam_width_one_is_greedy(model, sources):
     limits = decoding.max_decode_length(sources, model.hparams)
     tokens, scores = graph_function(lambda ids: decoding.greedy_decode(model, ids, limits))(sources)

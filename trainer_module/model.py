@@ -294,7 +294,7 @@ class Transformer(keras.Model):
         self.encoder_layers = [EncoderLayer(name=f"encoder_{i}", **layer_args)
                                for i in range(hparams.num_layers)]
         self.decoder_layers = [DecoderLayer(name=f"decoder_{i}", **layer_args)
-                               for i in range(hparams.num_layers)]
+                               for i in range(hparams.decoder_depth)]
         self.encoder_norm = layer_norm("encoder_norm", policy)
         self.decoder_norm = layer_norm("decoder_norm", policy)
         self.output_projection = None if hparams.tie_output_to_embedding else keras.layers.Dense(
@@ -331,7 +331,7 @@ class Transformer(keras.Model):
         """All target positions at once.
 
         target_in_ids [B, T], memory [B, S, D], source_mask [B, S] -> logits [B, T, V] float32 and
-        cross-attention weights [B, num_layers, num_heads, T, S] float32.
+        cross-attention weights [B, decoder_depth, num_heads, T, S] float32.
         """
         x = self.embedding_dropout(self.target_embedding(target_in_ids), training=training)
         cross_weights = []
@@ -342,7 +342,7 @@ class Transformer(keras.Model):
 
     def cross_attention_weights(self, source_ids: tf.Tensor,
                                 target_in_ids: tf.Tensor) -> tf.Tensor:
-        """[B, num_layers, num_heads, T, S] float32, every layer and head (inference mode).
+        """[B, decoder_depth, num_heads, T, S] float32, every layer and head (inference mode).
 
         Rows sum to 1 over the real source tokens; PAD source positions get exactly 0.
         """

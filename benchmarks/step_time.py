@@ -1,0 +1,92 @@
+"""Train-step time of profile variants on this machine, side by side in one process.
+
+Each variant is the profile with some hyperparameters replaced (precision, XLA, model shape,
+...). One model per variant, built from the same seed; each trains on the same first batches
+of the training split (Transform's output of a pipeline run), as that variant batches them
+(XLA pads to bucket boundaries). Every batch shape is traced before timing, and the rounds
+rotate the order of the variants so that machine noise hits them alike. Reports median ms per
+step, target tokens per second, and both against the first variant.
+
+Usage: python benchmarks/step_time.py --pipeline-root /work/runs/full [--profile cpu]
+           [--rounds 5] [--steps 10] [--variant NAME=FIELD=VALUE[,FIELD=VALUE...] ...]
+Without --variant: float32, mixed_bfloat16 and mixed_float16 (the precision comparison).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from train_throughput import latest
+from trainer_module import devices, hparams as hparams_lib
+from trainer_module.input_pipeline import make_dataset
+from trainer_module.task import _build_keras_model, vocab_sizes
+
+PRECISIONS = [f"{p}=precision={p}" for p in ("float32", "mixed_bfloat16", "mixed_float16")]
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """'xla=use_xla=true,num_layers=2' -> ('xla', {'use_xla': 'true', 'num_layers': '2'})."""
+    name, _, overrides = text.partition("=")
+    return name, dict(item.split("=", 1) for item in overrides.split(",") if item)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pipeline-root", required=True)
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per variant and round")
+    parser.add_argument("--variant", action="append", help="NAME=FIELD=VALUE[,FIELD=VALUE...]")
+    args = parser.parse_args()
+    variants = dict(parse_variant(v) for v in args.variant or PRECISIONS)
+    transform_dir = latest(os.path.join(args.pipeline_root, "Transform", "transform_graph", "*"))
+    examples = latest(os.path.join(args.pipeline_root, "Transform", "transformed_examples", "*"))
+    output = tft.TFTransformOutput(transform_dir)
+    base = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
+    models, batches, tokens = {}, {}, {}
+    for name, overrides in variants.items():
+        hparams = hparams_lib.with_overrides(base, overrides)
+        batches[name] = list(make_dataset(os.path.join(examples, "Split-train", "*"), output,
+                                          hparams, training=True, seed=0).take(args.steps))
+        tokens[name] = sum(int(tf.math.count_nonzero(labels)) for _, labels in batches[name])
+        tf.random.set_seed(0)
+        models[name] = _build_keras_model(hparams)
+        for inputs, labels in batches[name]:  # trace (or compile) every batch shape first
+            models[name].train_on_batch(inputs, labels)
+        print(f"{name}: {overrides or 'the profile as is'}, traced", flush=True)
+    names = list(variants)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for round_index in range(args.rounds):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            for inputs, labels in batches[name]:
+                models[name].train_on_batch(inputs, labels)
+            times[name].append((time.perf_counter() - start) / len(batches[name]) * 1000)
+        print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
+            f"{n} {times[n][-1]:.0f} ms" for n in names), flush=True)
+    median = {n: round(statistics.median(t), 1) for n, t in times.items()}
+    tokens_per_second = {n: round(tokens[n] / len(batches[n]) / median[n] * 1000)
+                         for n in names}
+    first = names[0]
+    print(json.dumps({
+        "profile": args.profile, "cpu_bfloat16_units": devices.cpu_has_bfloat16_units(),
+        "rounds": args.rounds, "steps_per_round": args.steps,
+        "variants": variants,
+        "ms_per_step_median": median,
+        "ms_per_step_all_rounds": {n: [round(x, 1) for x in t] for n, t in times.items()},
+        "target_tokens_per_second": tokens_per_second,
+        "speedup_vs_first": {n: round(median[first] / median[n], 2) for n in names},
+        "tokens_per_second_vs_first": {
+            n: round(tokens_per_second[n] / tokens_per_second[first], 2) for n in names},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
