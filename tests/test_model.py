@@ -271,8 +271,11 @@ def test_beam_search_returns_end_terminated_sequences(overfit):
     width = max(tokens.shape[1], targets_out.shape[1])
     tokens, targets_out = (np.pad(a, [(0, 0), (0, width - a.shape[1])]) for a in
                            (tokens, targets_out))  # PAD_ID is 0
-    assert (tokens == targets_out).all(axis=1).sum() >= 45
-    assert np.all(scores.numpy() < 0.0) and np.all(scores.numpy() > -0.5)
+    reproduced = (tokens == targets_out).all(axis=1)
+    assert reproduced.sum() >= 45
+    # Log-probabilities: near 0 where the fit is sure. A near-tie row's best hypothesis can
+    # score ~log(1/2) per tied step, so the bound is asked only of the reproduced rows.
+    assert np.all(scores.numpy() < 0.0) and np.all(scores.numpy()[reproduced] > -0.5)
 
 
 def test_learning_rate_schedule_warms_up_then_decays():
