@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from trainer_module import decoding, hparams as hparams_lib
-from trainer_module.hparams import END_ID, PAD_ID, START_ID
 from trainer_module.model import Transformer
+from trainer_module.tokens import END_ID, PAD_ID, START_ID
 
 
 def seeds_decode(model: Transformer, source_ids: tf.Tensor, max_length: int) -> np.ndarray:

@@ -29,7 +29,7 @@ from components.fra_example_gen.component import SPLIT_NAMES, split_output_confi
 from components.fra_example_gen.executor import read_and_parse, to_example
 from components.fra_example_gen.parser import DEFAULT_MAX_LINE_BYTES
 from trainer_module import preprocessing as pp
-from trainer_module.hparams import UNK_ID
+from trainer_module.tokens import UNK_ID
 
 # Each row changes one thing on top of the previous default; "before" is the code before this
 # benchmark's issue (separators split off numbers).

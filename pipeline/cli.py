@@ -22,7 +22,8 @@ from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.metadata_cli import add_metadata_parser, add_report_parser
 from pipeline.translate import TranslateError
 from trainer_module import hparams as hparams_lib
-from trainer_module.hparams import DEFAULT_TOKENIZER, PRECISIONS, TOKENIZERS
+from trainer_module.hparams import PRECISIONS
+from trainer_module.tokens import DEFAULT_TOKENIZER, TOKENIZERS
 
 
 def _split_percentages(text: str) -> tuple[int, int, int]:

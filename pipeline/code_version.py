@@ -1,26 +1,70 @@
-"""A fingerprint of the model code, so that changing it invalidates TFX's cache.
+"""A fingerprint of the code a component runs, so that changing it invalidates TFX's cache.
 
 Transform and Trainer reference their functions by module path (so the installed package runs
 the same everywhere). TFX fingerprints a `module_file`, but not a module path: without this, an
 edited preprocessing_fn or model would silently reuse cached results from the old code.
+
+Each component's fingerprint covers its entry module and the package modules that module
+imports, transitively, and nothing else: an edit to the model or a profile re-runs the Trainer
+but not Transform, which on the whole data (or a paid Dataflow job) is the costly step.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 
 import trainer_module
 
+PACKAGE = trainer_module.__name__
+PACKAGE_DIR = os.path.dirname(os.path.abspath(trainer_module.__file__))
 
-def code_version() -> str:
-    """sha256 (first 16 hex digits) over the trainer_module sources, in a stable order."""
-    root = os.path.dirname(os.path.abspath(trainer_module.__file__))
+
+def _imported_modules(path: str, package: str, package_dir: str) -> set[str]:
+    """Names (relative to `package`) of the package's modules that the file at `path` imports."""
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read(), path)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # `from package import x`: x is a module or a name defined in __init__.py.
+            candidates = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in candidates:
+            if name.startswith(package + "."):
+                relative = name[len(package) + 1:]
+                if os.path.exists(os.path.join(package_dir, *relative.split(".")) + ".py"):
+                    found.add(relative)
+    return found
+
+
+def module_sources(module: str, package: str = PACKAGE,
+                   package_dir: str = PACKAGE_DIR) -> list[str]:
+    """The package's `__init__.py`, `module`'s file and those of every package module it imports,
+    transitively, sorted (paths relative to `package_dir`)."""
+    if not module.startswith(package + "."):
+        raise ValueError(f"{module} is not a module of the {package} package")
+    pending, seen = [module[len(package) + 1:]], set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = os.path.join(package_dir, *name.split(".")) + ".py"
+        if not os.path.exists(path):
+            raise ValueError(f"{package}.{name} has no source file at {path}")
+        pending.extend(_imported_modules(path, package, package_dir) - seen)
+    return sorted(["__init__.py"] + [os.path.join(*n.split(".")) + ".py" for n in seen])
+
+
+def code_version(module: str, package: str = PACKAGE, package_dir: str = PACKAGE_DIR) -> str:
+    """sha256 (first 16 hex digits) over `module_sources(module)`: names and contents."""
     digest = hashlib.sha256()
-    for directory, subdirs, files in sorted(os.walk(root)):
-        subdirs.sort()
-        for name in sorted(f for f in files if f.endswith(".py")):
-            path = os.path.join(directory, name)
-            digest.update(os.path.relpath(path, root).encode() + b"\0")
-            with open(path, "rb") as f:
-                digest.update(f.read())
+    for relative in module_sources(module, package, package_dir):
+        digest.update(relative.encode() + b"\0")
+        with open(os.path.join(package_dir, relative), "rb") as f:
+            digest.update(f.read())
     return digest.hexdigest()[:16]

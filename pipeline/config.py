@@ -8,9 +8,9 @@ from typing import Any
 from components.fra_example_gen import parser
 from pipeline.code_version import code_version
 from schemas import SCHEMA_FILE
-from trainer_module.hparams import (DEFAULT_JOINT_VOCABULARY, DEFAULT_SPLIT_ELISIONS,
-                                    DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
-                                    DEFAULT_WORDPIECE_MIN_COUNT)
+from trainer_module.tokens import (DEFAULT_JOINT_VOCABULARY, DEFAULT_SPLIT_ELISIONS,
+                                   DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
+                                   DEFAULT_WORDPIECE_MIN_COUNT)
 
 PIPELINE_NAME = "nmt-fra-eng"
 PIPELINE_ROOT_ENV = "NMT_PIPELINE_ROOT"
@@ -89,6 +89,8 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
     """create_pipeline's arguments for a config: the one list every runner starts from."""
     from tfx.proto import trainer_pb2  # heavy: not for `nmt metadata` and friends
 
+    from pipeline.pipeline import PREPROCESSING_FN, RUN_FN
+
     return dict(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
@@ -103,12 +105,12 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
                           "split_elisions": config.split_elisions,
                           "joint_vocabulary": config.joint_vocabulary,
                           "wordpiece_min_count": config.wordpiece_min_count,
-                          "code_version": code_version()},
+                          "code_version": code_version(PREPROCESSING_FN.rpartition(".")[0])},
         train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config={"profile": config.profile, "checkpoint_root": config.checkpoint_root,
                         "max_train_seconds": config.max_train_seconds,
                         "precision": config.precision, "hparams": config.hparams,
-                        "code_version": code_version()},
+                        "code_version": code_version(RUN_FN.rpartition(".")[0])},
         min_bleu=config.bleu_threshold,
         max_metric_drop=config.max_metric_drop,
         serving_dir=config.serving_dir,

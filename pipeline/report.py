@@ -24,9 +24,9 @@ import tensorflow_text  # noqa: E402,F401  registers the ops of the Transform gr
 
 from pipeline import metadata  # noqa: E402
 from pipeline.metadata_cli import as_text  # noqa: E402
-from trainer_module.hparams import END_ID, PAD_ID  # noqa: E402
 from components.fra_example_gen.executor import read_split  # noqa: E402
 from trainer_module.preprocessing import RESERVED_TOKENS  # noqa: E402
+from trainer_module.tokens import END_ID, PAD_ID  # noqa: E402
 
 REPORT_FILE = "report.html"
 ATTENTION_SENTENCES = 3

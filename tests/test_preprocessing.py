@@ -11,7 +11,7 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 
 from trainer_module import preprocessing as pp
-from trainer_module.hparams import UNK_ID
+from trainer_module.tokens import UNK_ID
 
 
 @pytest.mark.parametrize("raw, normalized", [

@@ -10,7 +10,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module import devices
-from trainer_module.hparams import PAD_ID
+from trainer_module.tokens import PAD_ID
 
 _LOG = logging.getLogger(__name__)
 

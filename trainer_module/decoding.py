@@ -18,8 +18,9 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from trainer_module.hparams import END_ID, PAD_ID, START_ID, HParams
+from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
+from trainer_module.tokens import END_ID, PAD_ID, START_ID
 
 _NEG_INF = -1e9  # finite, so sums and top_k stay free of NaN
 

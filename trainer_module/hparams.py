@@ -1,4 +1,4 @@
-"""Hyperparameters of the translator, token-id conventions, and named profiles.
+"""Hyperparameters of the translator and named profiles (token ids: `tokens.py`).
 
 One frozen `HParams` travels from the Trainer to the model, the optimizer and the decoders, so a
 run is fully described by a profile name plus the vocabulary sizes read from the vocab files.
@@ -6,22 +6,6 @@ run is fully described by a profile name plus the vocabulary sizes read from the
 from __future__ import annotations
 
 import dataclasses
-
-# Reserved ids; the vocabularies (built elsewhere) put these four tokens first.
-PAD_ID = 0
-UNK_ID = 1
-START_ID = 2
-END_ID = 3
-
-# Transform's tokenizers: "word" (the seeds' whole words; rare words become [UNK]) or
-# "wordpiece" (subwords learned from the training words: rare words are spelled from pieces).
-TOKENIZERS = ("wordpiece", "word")
-DEFAULT_TOKENIZER = "wordpiece"
-# Transform's other tokenization defaults (preprocessing.TransformSettings; BENCHMARKS.md):
-DEFAULT_WHOLE_NUMBERS = True  # 3,50 and 5:30 stay one word: numbers detokenize unchanged
-DEFAULT_SPLIT_ELISIONS = True  # French l'homme -> l' homme (+0.8 test BLEU at 30 min)
-DEFAULT_JOINT_VOCABULARY = False  # one vocabulary for both languages, tied embeddings
-DEFAULT_WORDPIECE_MIN_COUNT = 10  # the WordPiece learner keeps no rarer piece (tf-text's default)
 
 # Training precision (Keras mixed-precision policies). Variables stay float32 in all of them and
 # the exported model is always float32; "auto" picks per machine (see devices.resolve_precision):

@@ -12,8 +12,9 @@ from typing import Sequence
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from trainer_module.hparams import END_ID, PAD_ID, START_ID, HParams
+from trainer_module.hparams import HParams
 from trainer_module.preprocessing import SOURCE_IDS, TARGET_IDS
+from trainer_module.tokens import END_ID, PAD_ID, START_ID
 
 _READ_BATCH = 1024  # examples parsed at once before expanding to pairs
 _EVAL_SHUFFLE_PAIRS = 100_000  # more than the eval split has: the sample spans all of it

@@ -10,7 +10,8 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
-from trainer_module.hparams import PAD_ID, HParams
+from trainer_module.hparams import HParams
+from trainer_module.tokens import PAD_ID
 
 
 def _token_weights(labels: tf.Tensor) -> tf.Tensor:

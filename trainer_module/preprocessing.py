@@ -23,10 +23,10 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as wordpiece
 
-from trainer_module.hparams import (DEFAULT_JOINT_VOCABULARY, DEFAULT_SPLIT_ELISIONS,
-                                    DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
-                                    DEFAULT_WORDPIECE_MIN_COUNT, END_ID, PAD_ID, START_ID,
-                                    TOKENIZERS, UNK_ID)
+from trainer_module.tokens import (DEFAULT_JOINT_VOCABULARY, DEFAULT_SPLIT_ELISIONS,
+                                   DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
+                                   DEFAULT_WORDPIECE_MIN_COUNT, END_ID, PAD_ID, START_ID,
+                                   TOKENIZERS, UNK_ID)
 
 _LOG = logging.getLogger(__name__)
 

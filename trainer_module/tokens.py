@@ -1,0 +1,22 @@
+"""Token-id conventions and Transform's tokenization defaults.
+
+Kept apart from the model's hyperparameters (`hparams.py`) because Transform's cache key covers
+exactly the modules `preprocessing.py` imports (`pipeline/code_version.py`): editing a profile
+or the model must not re-run Transform on the whole data.
+"""
+
+# Reserved ids; the vocabularies (built by Transform) put these four tokens first.
+PAD_ID = 0
+UNK_ID = 1
+START_ID = 2
+END_ID = 3
+
+# Transform's tokenizers: "word" (the seeds' whole words; rare words become [UNK]) or
+# "wordpiece" (subwords learned from the training words: rare words are spelled from pieces).
+TOKENIZERS = ("wordpiece", "word")
+DEFAULT_TOKENIZER = "wordpiece"
+# Transform's other tokenization defaults (preprocessing.TransformSettings; BENCHMARKS.md):
+DEFAULT_WHOLE_NUMBERS = True  # 3,50 and 5:30 stay one word: numbers detokenize unchanged
+DEFAULT_SPLIT_ELISIONS = True  # French l'homme -> l' homme (+0.8 test BLEU at 30 min)
+DEFAULT_JOINT_VOCABULARY = False  # one vocabulary for both languages, tied embeddings
+DEFAULT_WORDPIECE_MIN_COUNT = 10  # the WordPiece learner keeps no rarer piece (tf-text's default)
