@@ -51,6 +51,11 @@ VARIANTS: dict[str, list[str]] = {
     # A deep encoder with a shallow decoder (Kasai et al. 2021); cheaper per step, so give it
     # its --step-cost for an equal-time comparison. Its 481-step row had dropout 0.1.
     "enc4_dec1": ["--hparam", "num_layers=4", "--hparam", "num_decoder_layers=1"],
+    # Twice the peak learning rate (2.8e-3 instead of 1.4e-3): free per step, and short runs
+    # that end in a cooldown often want a higher peak.
+    "lr_scale_1.0": ["--hparam", "learning_rate_scale=1.0"],
+    # 2+2 layers instead of 3+3: cheaper per step (--step-cost layers_2=0.76), more steps.
+    "layers_2": ["--hparam", "num_layers=2"],
 }
 BEAM_VARIANTS = ("default",)  # beam search costs ~2.4x the decoding time; scored where asked
 
