@@ -89,7 +89,7 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
     """create_pipeline's arguments for a config: the one list every runner starts from."""
     from tfx.proto import trainer_pb2  # heavy: not for `nmt metadata` and friends
 
-    from pipeline.pipeline import PREPROCESSING_FN, RUN_FN
+    from pipeline.pipeline import TRAINER_MODULE, TRANSFORM_MODULE
 
     return dict(
         pipeline_name=config.pipeline_name,
@@ -105,12 +105,12 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
                           "split_elisions": config.split_elisions,
                           "joint_vocabulary": config.joint_vocabulary,
                           "wordpiece_min_count": config.wordpiece_min_count,
-                          "code_version": code_version(PREPROCESSING_FN.rpartition(".")[0])},
+                          "code_version": code_version(TRANSFORM_MODULE)},
         train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config={"profile": config.profile, "checkpoint_root": config.checkpoint_root,
                         "max_train_seconds": config.max_train_seconds,
                         "precision": config.precision, "hparams": config.hparams,
-                        "code_version": code_version(RUN_FN.rpartition(".")[0])},
+                        "code_version": code_version(TRAINER_MODULE)},
         min_bleu=config.bleu_threshold,
         max_metric_drop=config.max_metric_drop,
         serving_dir=config.serving_dir,

@@ -21,8 +21,11 @@ from components.fra_example_gen.component import FraTxtExampleGen
 from components.strict_example_validator import StrictExampleValidator
 from pipeline.eval_config import make_eval_config
 
-PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
-RUN_FN = "trainer_module.task.run_fn"
+# Each component's entry module (its code fingerprint starts there: pipeline/code_version.py).
+TRANSFORM_MODULE = "trainer_module.preprocessing"
+TRAINER_MODULE = "trainer_module.task"
+PREPROCESSING_FN = f"{TRANSFORM_MODULE}.preprocessing_fn"
+RUN_FN = f"{TRAINER_MODULE}.run_fn"
 
 
 def create_pipeline(

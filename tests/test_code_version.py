@@ -8,10 +8,7 @@ import pytest
 
 from pipeline import config as config_lib
 from pipeline.code_version import PACKAGE_DIR, code_version, module_sources
-from pipeline.pipeline import PREPROCESSING_FN, RUN_FN
-
-TRANSFORM_MODULE = PREPROCESSING_FN.rpartition(".")[0]
-TRAINER_MODULE = RUN_FN.rpartition(".")[0]
+from pipeline.pipeline import TRAINER_MODULE, TRANSFORM_MODULE
 
 
 def test_transform_is_fingerprinted_by_preprocessing_and_what_it_imports():
