@@ -54,6 +54,7 @@ VARIANTS: dict[str, list[str]] = {
     # Twice the peak learning rate (2.8e-3 instead of 1.4e-3): free per step, and short runs
     # that end in a cooldown often want a higher peak.
     "lr_scale_1.0": ["--hparam", "learning_rate_scale=1.0"],
+    "lr_scale_2.0": ["--hparam", "learning_rate_scale=2.0"],  # 4x: 5.6e-3
     # 2+2 layers instead of 3+3: cheaper per step (--step-cost layers_2=0.76), more steps.
     "layers_2": ["--hparam", "num_layers=2"],
 }
