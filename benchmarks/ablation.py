@@ -57,6 +57,7 @@ VARIANTS: dict[str, list[str]] = {
     "lr_scale_2.0": ["--hparam", "learning_rate_scale=2.0"],  # 4x: 5.6e-3
     # 2+2 layers instead of 3+3: cheaper per step (--step-cost layers_2=0.76), more steps.
     "layers_2": ["--hparam", "num_layers=2"],
+    "layers_2_lr_scale_1.0": ["--hparam", "num_layers=2", "--hparam", "learning_rate_scale=1.0"],
 }
 BEAM_VARIANTS = ("default",)  # beam search costs ~2.4x the decoding time; scored where asked
 
