@@ -20,6 +20,11 @@ PACKAGE = trainer_module.__name__
 PACKAGE_DIR = os.path.dirname(os.path.abspath(trainer_module.__file__))
 
 
+def _source_file(name: str) -> str:
+    """A package module's file relative to the package directory: "a.b" -> "a/b.py"."""
+    return os.path.join(*name.split(".")) + ".py"
+
+
 def _imported_modules(path: str, package: str, package_dir: str) -> set[str]:
     """Names (relative to `package`) of the package's modules that the file at `path` imports."""
     with open(path, "rb") as f:
@@ -36,7 +41,7 @@ def _imported_modules(path: str, package: str, package_dir: str) -> set[str]:
         for name in candidates:
             if name.startswith(package + "."):
                 relative = name[len(package) + 1:]
-                if os.path.exists(os.path.join(package_dir, *relative.split(".")) + ".py"):
+                if os.path.exists(os.path.join(package_dir, _source_file(relative))):
                     found.add(relative)
     return found
 
@@ -53,11 +58,11 @@ def module_sources(module: str, package: str = PACKAGE,
         if name in seen:
             continue
         seen.add(name)
-        path = os.path.join(package_dir, *name.split(".")) + ".py"
+        path = os.path.join(package_dir, _source_file(name))
         if not os.path.exists(path):
             raise ValueError(f"{package}.{name} has no source file at {path}")
         pending.extend(_imported_modules(path, package, package_dir) - seen)
-    return sorted(["__init__.py"] + [os.path.join(*n.split(".")) + ".py" for n in seen])
+    return sorted(["__init__.py"] + [_source_file(name) for name in seen])
 
 
 def code_version(module: str, package: str = PACKAGE, package_dir: str = PACKAGE_DIR) -> str:
