@@ -61,6 +61,14 @@ VARIANTS: dict[str, list[str]] = {
     "lr_scale_0.5": ["--hparam", "learning_rate_scale=0.5"],
     "layers_3_lr_scale_0.5": ["--hparam", "num_layers=3", "--hparam", "learning_rate_scale=0.5"],
     "layers_3_lr_scale_2.0": ["--hparam", "num_layers=3", "--hparam", "learning_rate_scale=2.0"],
+    # The schedule of the 2+2 default. After the warmup the rate is scale * d_model^-0.5 *
+    # step^-0.5 whatever the warmup, so a shorter warmup keeps the same tail and only peaks
+    # earlier and higher (4.0e-3 at step 250).
+    "cooldown_0.4": ["--hparam", "cooldown_fraction=0.4"],
+    "warmup_250": ["--hparam", "warmup_steps=250"],
+    "label_smoothing_0": ["--hparam", "label_smoothing=0"],
+    # Another profile (the later --profile wins): run it with --steps of its own train_steps.
+    "profile_cpu_2h": ["--profile", "cpu_2h"],
 }
 BEAM_VARIANTS = ("default",)  # beam search costs ~2.4x the decoding time; scored where asked
 

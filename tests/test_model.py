@@ -402,14 +402,17 @@ def test_shared_embeddings_are_one_variable_for_source_target_and_output():
 
 
 def test_profiles_and_vocab_sizes():
-    assert set(PROFILES) == {"smoke", "cpu", "base", "seeds"}
+    assert set(PROFILES) == {"smoke", "cpu", "cpu_2h", "base", "seeds"}
+    cpu, long = get_profile("cpu"), get_profile("cpu_2h")  # the same model, deeper, regularized
+    assert (long.d_model, long.dff, long.batch_tokens) == (cpu.d_model, cpu.dff, cpu.batch_tokens)
+    assert (long.num_layers, long.dropout_rate, long.train_steps) == (3, 0.1, 5768)
     base = get_profile("base")
     assert (base.num_layers, base.d_model, base.num_heads, base.dff) == (6, 512, 8, 2048)
     assert base.precision == "auto" and base.use_xla and base.dropout_rate == 0.1
     seeds = get_profile("seeds")  # the old recipe, for the comparison in BENCHMARKS.md
     assert (seeds.num_layers, seeds.d_model, seeds.num_heads, seeds.dff) == (1, 256, 8, 2048)
     assert (seeds.optimizer, seeds.bucketing, seeds.max_target_length) == ("rmsprop", False, 20)
-    with pytest.raises(ValueError, match="valid names: base, cpu, seeds, smoke"):
+    with pytest.raises(ValueError, match="valid names: base, cpu, cpu_2h, seeds, smoke"):
         get_profile("large")
     with pytest.raises(ValueError, match="with_vocab_sizes"):
         Transformer(get_profile("smoke"))
