@@ -138,9 +138,8 @@ PROFILES: dict[str, HParams] = {
     # batch size or depth this early in training. Pre-norm layers tolerate the short warmup
     # and a high peak: the scale puts it at 2.8e-3. Decaying it to zero over the last 20 % of
     # the steps gained +1.6 test BLEU at equal steps. About two passes over the data is too
-    # little training to overfit, so no dropout. Runs of an hour or more want 3+3 layers,
-    # scale 0.5 and dropout 0.1 back: 2+2 flattens by an hour (44.8, the same as 3+3), and 3+3
-    # without dropout overfit in the second hour (46.5 vs 47.9 with it).
+    # little training to overfit, so no dropout. Runs of an hour or more want `cpu_2h` (with
+    # --train-steps for other budgets): 2+2 flattens by an hour (44.8, the same as 3+3).
     # Assumes vocabularies of ~8k subwords: the output softmax is a large share of the cost.
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
