@@ -58,6 +58,11 @@ def test_killed_trainer_resumes_from_its_last_checkpoint(smoke_run):
     assert [f"{entry['val_loss']:.3f}" for entry in history[:len(killed)]] == killed_losses
 
 
+def test_the_trainer_says_it_trains_on_the_cpu_with_onednn_kernels(smoke_run):
+    assert "No GPU visible: training on the CPU (" in smoke_run.log
+    assert "threads, oneDNN kernels on)." in smoke_run.log
+
+
 def test_blessed_model_is_pushed_in_serving_layout(smoke_run):
     assert versions(smoke_run.root)[0] == smoke_run.pushed_version
     assert smoke_run.pushed_version.isdigit()

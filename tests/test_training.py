@@ -6,6 +6,8 @@ import dataclasses
 import json
 import logging
 import os
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -14,6 +16,7 @@ import tensorflow as tf
 import tf_keras as keras
 from scipy import stats
 
+from helpers import REPO
 from trainer_module import callbacks, devices, input_pipeline, optimization
 from trainer_module.hparams import PRECISIONS, HParams, get_profile
 
@@ -52,6 +55,19 @@ def test_fit_to_devices_resolves_and_logs_the_precision(caplog):
     assert hparams.precision in PRECISIONS and hparams.precision != "auto"
     assert not hparams.use_xla  # no GPU here
     assert f"Training precision: {hparams.precision} (auto: " in caplog.text
+
+
+@pytest.mark.parametrize("setting, enabled", [(None, True), ("0", False)])
+def test_nmt_runs_tensorflow_with_onednn_kernels_unless_told_not_to(setting, enabled):
+    """They are 1.6x faster than Eigen on this AVX2-only CPU, where TF leaves them off."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if setting is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = setting
+    out = subprocess.run(
+        [sys.executable, "-c", "import pipeline.cli; from trainer_module import devices; "
+         "print(devices.onednn_enabled())"],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(enabled)
 
 
 def test_unknown_precision_is_refused():

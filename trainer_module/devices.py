@@ -12,6 +12,7 @@ import os
 import re
 
 import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port  # TF's own "is oneDNN on", no public API
 
 from trainer_module.hparams import HParams
 
@@ -40,8 +41,17 @@ def choose_strategy() -> tf.distribute.Strategy:
         _LOG.info("Training on %d GPU(s): %s.", len(gpus), ", ".join(g.name for g in gpus))
     else:
         strategy = tf.distribute.get_strategy()
-        _LOG.info("No GPU visible: training on the CPU (%d threads).", os.cpu_count() or 1)
+        _LOG.info("No GPU visible: training on the CPU (%d threads, oneDNN kernels %s).",
+                  os.cpu_count() or 1, "on" if onednn_enabled() else
+                  "off: TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow loads makes them ~1.6x "
+                  "faster on AVX2-only CPUs")
     return strategy
+
+
+def onednn_enabled() -> bool:
+    """Whether TensorFlow runs its oneDNN CPU kernels (fixed when TensorFlow loads, from
+    TF_ENABLE_ONEDNN_OPTS or, unset, from the CPU's features)."""
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def writes_results(strategy: tf.distribute.Strategy) -> bool:
