@@ -133,18 +133,19 @@ PROFILES: dict[str, HParams] = {
         checkpoint_every=20, max_source_length=32, max_target_length=32,
         decode_max_length=48, beam_width=2),
     # Best use of 2 CPU cores for 30 min on ~130k short Tatoeba pairs (~10 target tokens each):
-    # 1,957 steps at the reference machine's 0.92 s per step (BENCHMARKS.md). Small 2k-token
+    # 3,097 steps at the reference machine's 0.581 s per step with TensorFlow's oneDNN kernels
+    # (0.632 of its 0.920 s with the Eigen ones; `nmt` turns oneDNN on). Small 2k-token
     # batches and 2+2 layers (0.76 of a 3+3 step) give more updates, which matter more than
     # batch size or depth this early in training. Pre-norm layers tolerate the short warmup
     # and a high peak: the scale puts it at 2.8e-3. Decaying it to zero over the last 20 % of
-    # the steps gained +1.6 test BLEU at equal steps. About two passes over the data is too
-    # little training to overfit, so no dropout. Runs of an hour or more want `cpu_2h` (with
-    # --train-steps for other budgets): 2+2 flattens by an hour (44.8, the same as 3+3).
+    # the steps gained +1.6 test BLEU at equal steps. No dropout: without it the 2+2 model's
+    # validation loss still fell to 3,912 steps, where its test BLEU had flattened (44.8, the
+    # same as 3+3). Runs of an hour or more want `cpu_2h` (--train-steps for other budgets).
     # Assumes vocabularies of ~8k subwords: the output softmax is a large share of the cost.
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, batch_tokens=2048,
-        train_steps=1957, checkpoint_every=500, max_source_length=50, max_target_length=50,
+        train_steps=3097, checkpoint_every=500, max_source_length=50, max_target_length=50,
         decode_max_length=100),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it.
@@ -160,7 +161,8 @@ PROFILES: dict[str, HParams] = {
 # Two hours on the same 2 CPU cores: the `cpu` model with 3+3 layers, half its peak rate
 # (1.4e-3) and dropout 0.1. Without the cooldown this recipe reached test BLEU 47.9 at two hours
 # while 2+2 layers had flattened at 44.8 by one; 3+3 without dropout overfit in the second hour
-# (46.5). 5,768 steps are 120 min at the reference 1.248 s per 3+3 step.
+# (46.5). 5,768 steps are 120 min at the reference 1.248 s per 3+3 step with Eigen kernels, about
+# 76 min with oneDNN's; two hours of those (--train-steps 9127) are not measured yet.
 PROFILES["cpu_2h"] = dataclasses.replace(
     PROFILES["cpu"], num_layers=3, dropout_rate=0.1, learning_rate_scale=0.5, train_steps=5768)
 
