@@ -43,8 +43,8 @@ def choose_strategy() -> tf.distribute.Strategy:
         strategy = tf.distribute.get_strategy()
         _LOG.info("No GPU visible: training on the CPU (%d threads, oneDNN kernels %s).",
                   os.cpu_count() or 1, "on" if onednn_enabled() else
-                  "off: TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow loads makes them ~1.6x "
-                  "faster on AVX2-only CPUs")
+                  "off; with TF_ENABLE_ONEDNN_OPTS=1 set before TensorFlow loads, training "
+                  "on an AVX2-only CPU is ~1.6x faster")
     return strategy
 
 
