@@ -124,8 +124,9 @@ def test_mirrored_strategy_over_two_devices_matches_one_device(data_dir):
     assert result["two_device_loss"] == pytest.approx(result["one_device_loss"], rel=1e-5)
     assert result["max_grad_difference"] < 1e-5 * max(result["grad_norm"], 1.0)
     # Averaging each replica's own token mean (Keras' default) would not match: the replicas'
-    # batches hold very different numbers of tokens.
-    assert abs(result["mean_of_replica_means"] - result["one_device_loss"]) > 1e-3
+    # batches hold very different numbers of tokens. How far off it is depends on the batches
+    # (ExampleGen's record order is not fixed), so the test is the match above, not a margin.
+    assert result["mean_of_replica_means"] != pytest.approx(result["one_device_loss"], rel=1e-5)
     # batch_tokens is per replica: a step of two replicas trains two whole batches.
     assert result["step_tokens"] == sum(result["first_batch_tokens"])
 
