@@ -3,12 +3,15 @@
 Every variant is a real `nmt run --to Trainer` of the `cpu` profile on one pipeline root, so
 all share ExampleGen's splits (and, unless the variant changes tokenization, Transform's
 output: TFX's cache re-runs only what a variant changes). Each trains for the same
-`--max-train-seconds`; then its SavedModel translates the eval and test splits (greedy, and
-beam search where asked) and sacreBLEU scores them against all references. Run it alone on
-the machine: the budget is wall time, so anything else running costs a variant steps.
+`--train-minutes` (or exactly `--steps`); then its SavedModel translates the eval and test
+splits (greedy, and beam search where asked) and sacreBLEU scores them against all references,
+overall and on English sentences of more than 10 words. The variant to keep is chosen on the
+eval split (printed at the end and stored as "chosen_on_eval"); the test split is reported for
+that choice, never used to make it. Run it alone on the machine: the budget is wall time, so
+anything else running costs a variant steps.
 
 Usage: python benchmarks/ablation.py --data ../shared/data/fra-eng/fra.txt \\
-           --pipeline-root /work/runs/full (--seconds 600 | --steps 1442 [--step-cost NAME=RATIO]) \\
+           --pipeline-root /work/runs/full (--minutes 10 | --steps 1442 [--step-cost NAME=RATIO]) \\
            [--variant NAME ...] [--beam NAME ...] \\
            [--out benchmarks/results_ablation.json]
 Results are appended per variant as they finish, so a long run can be read (and resumed with
@@ -29,9 +32,8 @@ from benchmarks.train_throughput import latest
 # name -> extra `nmt run` flags on top of the cpu profile's defaults. Results recorded before
 # split elisions became the default (results_ablation*.json's "default" rows) were measured on
 # top of glued elisions, and their "split_elisions" rows with --split-elisions; before the
-# learning-rate cooldown became the default, on top of none. The default's cooldown spans the
-# last 20 % of the profile's steps, so a --seconds budget that stops training first
-# never cools down: compare schedules with --steps.
+# learning-rate cooldown became the default, on top of none. Rows measured with --seconds (the
+# old --max-train-seconds) stopped before the cooldown; --minutes budgets complete it.
 VARIANTS: dict[str, list[str]] = {
     "default": [],
     "full_shuffle": ["--hparam", "shuffle_pairs=200000"],
@@ -84,8 +86,8 @@ def train(name: str, flags: list[str], args: argparse.Namespace) -> dict:
     command = [os.path.join(os.path.dirname(sys.executable), "nmt"), "run", "--data", args.data,
                "--pipeline-root", args.pipeline_root, "--profile", "cpu", "--to", "Trainer",
                *(["--train-steps", str(steps_for(name, args))] if args.steps
-                 else ["--max-train-seconds", str(args.seconds)]), *flags]
-    budget = f"{steps_for(name, args)} steps" if args.steps else f"{args.seconds:.0f} s"
+                 else ["--train-minutes", str(args.minutes)]), *flags]
+    budget = f"{steps_for(name, args)} steps" if args.steps else f"{args.minutes:g} min"
     print(f"[{name}] training for {budget}: {' '.join(command)} (log: {log_path})",
           file=sys.stderr, flush=True)
     start = time.time()
@@ -109,6 +111,7 @@ def score(row: dict, pipeline_root: str, beam: bool) -> None:
                           signature_name=signature)["models"][row["model"]]
         row[split] = {"bleu": scored["overall"]["bleu"], "chrf": scored["overall"]["chrf"],
                       "sentences": scored["overall"]["sentences"],
+                      "over_10_words_bleu": scored["over_10_words"]["bleu"],
                       "decode_seconds": scored["decode_seconds"]}
     row["signatures"] = {"bleu": scored["overall"]["bleu_signature"],
                          "chrf": scored["overall"]["chrf_signature"]}
@@ -119,9 +122,9 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True)
     parser.add_argument("--pipeline-root", required=True)
-    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--minutes", type=float, default=10.0, help="the training time budget")
     parser.add_argument("--steps", type=int, default=0,
-                        help="train exactly this many steps instead of --seconds: for variants "
+                        help="train exactly this many steps instead of --minutes: for variants "
                         "that cost the same per step (the learning-rate schedule), the steps a "
                         "time budget reached are that budget, without the machine's noise")
     parser.add_argument("--step-cost", action="append", default=[], metavar="NAME=RATIO",
@@ -148,7 +151,7 @@ def main() -> None:
             row["steps_budget"] = steps_for(name, args)
             row["step_cost"] = args.step_cost.get(name, 1.0)
         else:
-            row["seconds_budget"] = args.seconds
+            row["minutes_budget"] = args.minutes
         score(row, args.pipeline_root, beam=name in (args.beam or BEAM_VARIANTS))
         results[name] = row
         with open(args.out, "w") as f:
@@ -157,6 +160,14 @@ def main() -> None:
         print(f"[{name}] {row['steps']} steps; test BLEU {row['test']['bleu']:.2f}, "
               f"eval BLEU {row['eval']['bleu']:.2f} ({number}/{len(names)} done, "
               f"ETA {left / 60:.0f} min)", file=sys.stderr, flush=True)
+    chosen = max(names, key=lambda n: results[n]["eval"]["bleu"])
+    results["chosen_on_eval"] = {"variant": chosen, "among": names,
+                                 "eval_bleu": results[chosen]["eval"]["bleu"],
+                                 "test_bleu": results[chosen]["test"]["bleu"]}
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+    print(f"Chosen on the eval split: {chosen} (eval BLEU {results[chosen]['eval']['bleu']:.2f}"
+          f"; reported on test: {results[chosen]['test']['bleu']:.2f})", file=sys.stderr)
 
 
 if __name__ == "__main__":

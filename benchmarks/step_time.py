@@ -25,7 +25,7 @@ import tensorflow_transform as tft
 from train_throughput import latest
 from trainer_module import devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.task import _build_keras_model, vocab_sizes
+from trainer_module.task import build_keras_model, vocab_sizes
 
 PRECISIONS = [f"{p}=precision={p}" for p in ("float32", "mixed_bfloat16", "mixed_float16")]
 
@@ -56,7 +56,7 @@ def main() -> None:
                                           hparams, training=True, seed=0).take(args.steps))
         tokens[name] = sum(int(tf.math.count_nonzero(labels)) for _, labels in batches[name])
         tf.random.set_seed(0)
-        models[name] = _build_keras_model(hparams)
+        models[name] = build_keras_model(hparams)
         for inputs, labels in batches[name]:  # trace (or compile) every batch shape first
             models[name].train_on_batch(inputs, labels)
         print(f"{name}: {overrides or 'the profile as is'}, traced", flush=True)

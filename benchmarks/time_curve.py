@@ -5,7 +5,7 @@ a run wrote after N minutes is the model an N-minute run would have exported. Tr
 without the cooldown, keeping every checkpoint:
 
     nmt run --data ../shared/data/fra-eng/fra.txt --pipeline-root ROOT --profile cpu \\
-        --to Trainer --max-train-seconds 7200 --hparam cooldown_fraction=0 \\
+        --to Trainer --train-minutes 120 --hparam cooldown_fraction=0 \\
         --hparam keep_checkpoints=0 --hparam checkpoint_every=250
 
 then, for each budget, the last checkpoint written within it is restored into the run's model
@@ -60,7 +60,7 @@ def export_checkpoint(model_run: str, checkpoint: str, pipeline_root: str,
 
     from trainer_module import export
     from trainer_module.hparams import HParams
-    from trainer_module.task import _build_keras_model
+    from trainer_module.task import build_keras_model
 
     with open(os.path.join(model_run, "hparams.json")) as f:
         hparams = HParams(**json.load(f))
@@ -69,7 +69,7 @@ def export_checkpoint(model_run: str, checkpoint: str, pipeline_root: str,
             f"{model_run} decayed its learning rate over its last {hparams.cooldown_fraction:.0%} "
             "of steps, so its earlier checkpoints are not what shorter runs would export: train "
             "the curve's run with --hparam cooldown_fraction=0")
-    model = _build_keras_model(dataclasses.replace(hparams, use_xla=False))
+    model = build_keras_model(dataclasses.replace(hparams, use_xla=False))
     tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(
         checkpoint).assert_existing_objects_matched()
     model.optimizer.finalize_variable_values(model.trainable_variables)  # the average, if kept

@@ -19,7 +19,7 @@ from benchmarks.train_throughput import measure
 from benchmarks.unk_rate import transformed_examples_of, unk_rates
 from trainer_module import hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.task import _build_keras_model, vocab_sizes
+from trainer_module.task import build_keras_model, vocab_sizes
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
         output = tft.TFTransformOutput(graph)
         hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
         tf.random.set_seed(0)
-        model = _build_keras_model(hparams)
+        model = build_keras_model(hparams)
         files = f"{transformed_examples_of(graph)}/Split-train/*"
         dataset = make_dataset(files, output, hparams, training=True, seed=0)
         trainers[name] = (model, iter(dataset))  # continues across rounds

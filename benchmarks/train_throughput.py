@@ -19,7 +19,7 @@ import tensorflow_transform as tft
 
 from trainer_module import hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.task import _build_keras_model, vocab_sizes
+from trainer_module.task import build_keras_model, vocab_sizes
 
 
 def latest(pattern: str) -> str:
@@ -58,7 +58,7 @@ def main() -> None:
     hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
     files = os.path.join(examples, "Split-train", "*")
     tf.random.set_seed(0)
-    model = _build_keras_model(hparams)
+    model = build_keras_model(hparams)
     results = {"profile": args.profile, "pad_to": max(hparams.max_source_length,
                                                       hparams.max_target_length + 1)}
     for name, bucketing in (("bucketing", True), ("pad_to_fixed_length", False)):

@@ -34,7 +34,7 @@ def child(pipeline_root: str, steps: int, train_steps: int, pad_to_boundary: boo
     from train_throughput import latest
     from trainer_module import hparams as hparams_lib
     from trainer_module.input_pipeline import make_dataset
-    from trainer_module.task import _build_keras_model, vocab_sizes
+    from trainer_module.task import build_keras_model, vocab_sizes
 
     transform_dir = latest(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))
     examples = latest(os.path.join(pipeline_root, "Transform", "transformed_examples", "*"))
@@ -46,7 +46,7 @@ def child(pipeline_root: str, steps: int, train_steps: int, pad_to_boundary: boo
         use_xla=True).with_vocab_sizes(*vocab_sizes(output))
     dataset = make_dataset(os.path.join(examples, "Split-train", "*"), output, hparams,
                            training=True, seed=0, pad_to_boundary=pad_to_boundary)
-    model = _build_keras_model(hparams)
+    model = build_keras_model(hparams)
     model.fit(dataset, steps_per_epoch=train_steps, verbose=0)
     shapes = [tuple(tuple(t.shape) for t in (inputs[0], inputs[1], labels))
               for inputs, labels in dataset.take(steps)]

@@ -62,9 +62,9 @@ def _add_run_parser(subparsers) -> None:
                      help="Beam pipeline argument, repeatable (default: "
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
     run.add_argument("--profile", default="cpu", choices=sorted(config_lib.MIN_BLEU),
-                     help="model/training profile: smoke (seconds, CI), cpu (default), "
-                          "base (the paper's base model, for a GPU), seeds (the old recipe, "
-                          "for comparison)")
+                     help="model/training profile: smoke (seconds, CI), cpu (default: 30 "
+                          "minutes), cpu_2h (two hours), base (the paper's base model, for a "
+                          "GPU), seeds (the old recipe, for comparison)")
     run.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, choices=TOKENIZERS,
                      help="wordpiece: subwords learned by Transform (default); word: whole "
                           "words, rare ones become [UNK] (the seeds')")
@@ -88,17 +88,22 @@ def _add_run_parser(subparsers) -> None:
                      default=defaults.wordpiece_min_count,
                      help="the WordPiece learner keeps no piece seen fewer times (default "
                           f"{defaults.wordpiece_min_count})")
-    run.add_argument("--max-train-seconds", type=float, default=None,
-                     help="stop training after this many seconds (same-time comparisons)")
-    run.add_argument("--train-steps", type=int, default=None,
-                     help="training steps (default: the profile's)")
+    budget = run.add_mutually_exclusive_group()
+    budget.add_argument("--train-minutes", type=float, default=None,
+                        help="train for as many steps as this machine does in this many "
+                             "minutes, with the recipe they afford (default: the profile's; "
+                             "cpu: 30)")
+    budget.add_argument("--train-steps", type=_positive_int, default=None,
+                        help="train exactly this many steps, no time budget (the end of a "
+                             "budgeted run's log prints the flags that repeat it)")
     run.add_argument("--hparam", dest="hparams", action="append", type=_hparam, default=[],
                      metavar="NAME=VALUE",
                      help="override one hyperparameter of the profile, repeatable, e.g. "
                           "--hparam ema_momentum=0.995 --hparam shuffle_pairs=200000")
     run.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="training precision (default: the profile's); auto: mixed_float16 "
-                          "on GPUs, mixed_bfloat16 on CPUs with AMX/AVX512-BF16, else float32. "
+                          "on GPUs, mixed_bfloat16 on CPUs with AMX/AVX512-BF16 where a short "
+                          "probe finds it faster, else float32. "
                           "The exported model is float32 whatever trained it")
     run.add_argument("--min-bleu", type=float, default=None,
                      help="bless only models with at least this BLEU (default per profile: "
@@ -129,7 +134,7 @@ def _run(args: argparse.Namespace) -> int:
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
         profile=args.profile, train_steps=args.train_steps, precision=args.precision,
         hparams=dict(args.hparams), min_bleu=args.min_bleu,
-        tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_train_seconds=args.max_train_seconds,
+        tokenizer=args.tokenizer, vocab_size=args.vocab_size, train_minutes=args.train_minutes,
         whole_numbers=args.whole_numbers, split_elisions=args.split_elisions,
         joint_vocabulary=args.joint_vocabulary, wordpiece_min_count=args.wordpiece_min_count,
         max_metric_drop=args.max_metric_drop,

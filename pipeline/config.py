@@ -47,8 +47,8 @@ class PipelineConfig:
     split_elisions: bool = DEFAULT_SPLIT_ELISIONS  # French l'homme -> l' homme
     joint_vocabulary: bool = DEFAULT_JOINT_VOCABULARY  # one vocabulary, tied embeddings
     wordpiece_min_count: int = DEFAULT_WORDPIECE_MIN_COUNT  # rarer pieces are not learned
-    train_steps: int | None = None  # None: the profile's
-    max_train_seconds: float | None = None  # stop training after this long (benchmarks)
+    train_steps: int | None = None  # exactly this many steps (None: the profile's budget)
+    train_minutes: float | None = None  # time budget (None: the profile's)
     precision: str | None = None  # None: the profile's (hparams.PRECISIONS)
     hparams: dict[str, Any] = dataclasses.field(default_factory=dict)  # profile overrides
     min_bleu: float | None = None  # None: MIN_BLEU[profile]
@@ -108,7 +108,7 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
                           "code_version": code_version(TRANSFORM_MODULE)},
         train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config={"profile": config.profile, "checkpoint_root": config.checkpoint_root,
-                        "max_train_seconds": config.max_train_seconds,
+                        "train_minutes": config.train_minutes,
                         "precision": config.precision, "hparams": config.hparams,
                         "code_version": code_version(TRAINER_MODULE)},
         min_bleu=config.bleu_threshold,

@@ -95,7 +95,7 @@ def _shapes(batches) -> set[tuple]:
 
 def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
     """The `base` profile's path at smoke size: XLA + mixed precision through
-    `_build_keras_model`, fit on bucketed batches, then the float32 export. Writes
+    `build_keras_model`, fit on bucketed batches, then the float32 export. Writes
     result.json (batch shapes seen) and the mixed model's weights (weights.npz)."""
     import dataclasses
 
@@ -104,7 +104,7 @@ def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
     import tensorflow_transform as tft
 
     from trainer_module import export, input_pipeline
-    from trainer_module.task import _build_keras_model
+    from trainer_module.task import build_keras_model
 
     base = __import__("trainer_module.hparams", fromlist=["PROFILES"]).PROFILES["base"]
     assert base.use_xla and base.precision == "auto"  # what this check stands in for
@@ -116,7 +116,7 @@ def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
                                         training=True)
     validation = input_pipeline.validation_dataset(os.path.join(data_dir, EVAL, "*"), output,
                                                    hparams)
-    model = _build_keras_model(hparams)
+    model = build_keras_model(hparams)
     model.fit(train, steps_per_epoch=int(steps), validation_data=validation, verbose=0)
     shapes = sorted(_shapes(train.take(int(steps))))
     dynamic = input_pipeline.make_dataset(os.path.join(data_dir, TRAIN, "*"), output,
@@ -199,12 +199,12 @@ def mirrored(data_dir: str) -> None:
     # worker's dataset, so one step of 2 replicas trains the first two batches.
     import tensorflow_transform as tft
     from trainer_module.input_pipeline import make_dataset
-    from trainer_module.task import _build_keras_model, _train_data
+    from trainer_module.task import build_keras_model, _train_data
 
     small = tiny_hparams(data_dir, batch_tokens=256)
     output = tft.TFTransformOutput(os.path.join(data_dir, "transform"))
     with strategy.scope():
-        trainer_model = _build_keras_model(small)
+        trainer_model = build_keras_model(small)
     history = trainer_model.fit(_train_data(fn_args(data_dir), output, small), epochs=1,
                                 steps_per_epoch=1, verbose=0)
     first_batches = make_dataset(os.path.join(data_dir, TRAIN, "*"), output, small,
@@ -223,20 +223,20 @@ def mirrored(data_dir: str) -> None:
 
 def run_fn(data_dir: str, args_json: str, weights_out: str) -> None:
     """The real Trainer entry point; the trained model is picked up on its way out of
-    `_build_keras_model` (the real function), to fingerprint this worker's weights."""
+    `build_keras_model` (the real function), to fingerprint this worker's weights."""
     import numpy as np
 
     from trainer_module import task
 
     built = []
-    build = task._build_keras_model
-    task._build_keras_model = lambda hparams: built.append(build(hparams)) or built[-1]
+    build = task.build_keras_model
+    task.build_keras_model = lambda *args: built.append(build(*args)) or built[-1]
     task.run_fn(fn_args(data_dir, **json.loads(args_json)))
-    weights = built[0].get_weights()
+    weights = built[-1].get_weights()  # the trained model (a probe's would come first)
     digest = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in weights))
     with open(weights_out, "w") as f:
         json.dump({"sha256": digest.hexdigest(),
-                   "step": int(built[0].optimizer.iterations.numpy())}, f)
+                   "step": int(built[-1].optimizer.iterations.numpy())}, f)
 
 
 if __name__ == "__main__":

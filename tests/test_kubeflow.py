@@ -303,9 +303,9 @@ def test_cron_takes_five_fields_and_gives_kfp_six():
 def test_a_partial_trainer_config_is_merged_over_the_compiled_one(compiled):
     package = kfp_client.Package.read(compiled)
     [value] = kfp_client.parameter_values(
-        package, ['trainer_config={"profile": "base", "max_train_seconds": 60}']).values()
+        package, ['trainer_config={"profile": "base", "train_minutes": 60}']).values()
     merged = json.loads(value)
-    assert (merged["profile"], merged["max_train_seconds"]) == ("base", 60)
+    assert (merged["profile"], merged["train_minutes"]) == ("base", 60)
     assert merged["checkpoint_root"] == PIPELINE_ROOT + "/checkpoints" and merged["code_version"]
     with pytest.raises(kfp_client.KfpError,
                        match=r"--param trainer_config expects a JSON object, e\.g\. "):

@@ -58,7 +58,7 @@ def world(fra_sample, tmp_path_factory) -> World:
     # As `nmt kubeflow submit --param ...` would send them (a partial trainer_config merged).
     params = kfp_client.parameter_values(kfp_client.Package.read(kfp_spec), [
         f"data_root={data_dir}", f'train_args={{"num_steps": {TRAIN_STEPS}}}',
-        'trainer_config={"max_train_seconds": 900}'])
+        'trainer_config={"hparams": {"label_smoothing": 0.05}}'])
     tasks = LocalPipelineRun(read_spec(kfp_spec), root, params).run()
     return World(root, data_dir, kfp_spec, vertex_spec, tasks)
 
@@ -92,7 +92,7 @@ def test_run_parameters_reach_example_gen_and_the_trainer(world):
     with open(os.path.join(model_run, "hparams.json"), encoding="utf-8") as f:
         hparams = json.load(f)
     assert hparams["train_steps"] == TRAIN_STEPS  # train_args
-    assert hparams["max_train_seconds"] == 900  # the partial trainer_config...
+    assert hparams["label_smoothing"] == 0.05  # the partial trainer_config...
     # ... merged over the compiled one: checkpoints still go under the compiled root.
     assert os.listdir(os.path.join(world.root, "checkpoints"))
 

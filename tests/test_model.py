@@ -307,7 +307,8 @@ def test_learning_rate_schedule_warms_up_then_decays():
     optimizer = optimization.make_optimizer(tiny_hparams())
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
     assert optimizer.get_config()["learning_rate"]["config"] == {
-        "d_model": 32, "warmup_steps": 20, "scale": 0.5, "train_steps": 40, "cooldown_steps": 0}
+        "d_model": 32, "warmup_steps": 20, "scale": 0.5, "train_steps": 40,
+        "cooldown_fraction": 0.0}
 
 
 def test_cooldown_decays_the_rate_linearly_to_zero_over_the_last_steps():
@@ -403,9 +404,9 @@ def test_shared_embeddings_are_one_variable_for_source_target_and_output():
 
 def test_profiles_and_vocab_sizes():
     assert set(PROFILES) == {"smoke", "cpu", "cpu_2h", "base", "seeds"}
-    cpu, long = get_profile("cpu"), get_profile("cpu_2h")  # the same model, deeper, regularized
-    assert (long.d_model, long.dff, long.batch_tokens) == (cpu.d_model, cpu.dff, cpu.batch_tokens)
-    assert (long.num_layers, long.dropout_rate, long.train_steps) == (3, 0.1, 5768)
+    cpu, long = get_profile("cpu"), get_profile("cpu_2h")  # the same, with a longer budget
+    assert (cpu.train_minutes, cpu.adapt_recipe, cpu.precision) == (30.0, True, "auto")
+    assert dataclasses.replace(long, train_minutes=30.0) == cpu and long.train_minutes == 120.0
     base = get_profile("base")
     assert (base.num_layers, base.d_model, base.num_heads, base.dff) == (6, 512, 8, 2048)
     assert base.precision == "auto" and base.use_xla and base.dropout_rate == 0.1

@@ -10,6 +10,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module import devices
+from trainer_module.budget import TimeBudget
+from trainer_module.optimization import cooldown_steps, step_count
 from trainer_module.tokens import PAD_ID
 
 _LOG = logging.getLogger(__name__)
@@ -25,23 +27,24 @@ class TargetTokens(keras.metrics.Sum):
         return super().update_state(tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)))
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
         f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 class ProgressLogger(keras.callbacks.Callback):
-    """'step 300/2000 (15%) loss 4.21 acc 0.31 | 1,650 tok/s | ETA 14m02s' every `every_s` s.
+    """'step 300/3,097 (9%) loss 4.21 acc 0.31 | 1,650 tok/s | ETA 14m02s' every `every_s` s.
 
     The ETA extrapolates from the steps after the first one: the first step also traces the
-    model and fills the shuffle buffer, and would make the first ETA hours too long.
+    model and fills the shuffle buffer, and would make the first ETA hours too long. Under a
+    time budget whose final step is not fixed yet, the total is the budget's estimate ("~").
     """
 
-    def __init__(self, total_steps: int, every_s: float = 30.0,
-                 max_seconds: float = 0.0) -> None:
+    def __init__(self, final_step: int | tf.Variable, every_s: float = 30.0,
+                 budget: TimeBudget | None = None) -> None:
         super().__init__()
-        self.total_steps, self.every_s, self.max_seconds = total_steps, every_s, max_seconds
+        self.final_step, self.every_s, self.budget = final_step, every_s, budget
         self._start = self._last = self._rate_start = 0.0
         self._rate_step: int | None = None
         self._tokens_before_epoch = self._epoch_tokens = 0.0
@@ -60,21 +63,25 @@ class ProgressLogger(keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy())
         if self._rate_step is None:  # the first step: the rate is measured from here on
             self._rate_start, self._rate_step = now, step
+        total = step_count(self.final_step)
         if (now - self._last < self.every_s or step == self._rate_step) and \
-                step < self.total_steps:
+                (not total or step < total):
             return
         self._last = now
         elapsed = now - self._start
         seconds_per_step = (now - self._rate_start) / max(step - self._rate_step, 1)
-        eta = seconds_per_step * max(self.total_steps - step, 0)
-        if self.max_seconds:  # a time budget (StopTraining) ends training first
-            eta = min(eta, max(self.max_seconds - elapsed, 0.0))
+        if total:
+            shown, eta = f"{total:,}", seconds_per_step * max(total - step, 0)
+        else:  # a budget still measuring: it ends when the budget does
+            expected = self.budget.estimate(step, now) if self.budget else None
+            shown = f"~{expected or step:,}"
+            eta = max(self.budget.seconds - self.budget.elapsed(now), 0.0) if self.budget else 0
         tokens = self._tokens_before_epoch + self._epoch_tokens
-        _LOG.info("Training step %d/%d (%d%%): loss %.3f, token accuracy %.3f | %s target "
-                  "tokens/s | elapsed %s, ETA %s", step, self.total_steps,
-                  100 * step // self.total_steps, logs.get("loss", float("nan")),
-                  logs.get("masked_accuracy", float("nan")), f"{tokens / elapsed:,.0f}",
-                  _duration(elapsed), _duration(eta))
+        _LOG.info("Training step %d/%s (%d%%): loss %.3f, token accuracy %.3f | %s target "
+                  "tokens/s | elapsed %s, ETA %s", step, shown,
+                  100 * step // max(int(shown.lstrip("~").replace(",", "")), 1),
+                  logs.get("loss", float("nan")), logs.get("masked_accuracy", float("nan")),
+                  f"{tokens / elapsed:,.0f}", duration(elapsed), duration(eta))
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         self._tokens_before_epoch += self._epoch_tokens
@@ -88,22 +95,21 @@ class CheckpointAndHistory(keras.callbacks.Callback):
     Under MultiWorkerMirroredStrategy every worker must save (saving distributed variables is a
     collective operation), but only the chief keeps its checkpoints (`keep`): the others save
     into a temporary directory of their own and delete it (TensorFlow's multi-worker rule), and
-    write no history.
+    write no history. Training seconds count from `started` (default: when fit begins).
     """
 
     def __init__(self, manager: tf.train.CheckpointManager, history_path: str,
-                 keep: bool = True) -> None:
+                 keep: bool = True, started: float | None = None) -> None:
         super().__init__()
         self.manager, self.history_path, self.keep = manager, history_path, keep
+        self.started = started
         self._start, self._seconds_before = time.time(), 0.0
 
     def on_train_begin(self, logs=None) -> None:
         """A resumed run counts on from the training seconds of the checkpoint it resumed."""
-        step = int(self.model.optimizer.iterations.numpy())
-        self._start = time.time()
-        self._seconds_before = max((h.get("train_seconds", 0.0) for h in
-                                    load_history(self.history_path) if h["step"] <= step),
-                                   default=0.0)
+        self._start = self.started or time.time()
+        self._seconds_before = seconds_trained(
+            self.history_path, int(self.model.optimizer.iterations.numpy()))
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         step = int(self.model.optimizer.iterations.numpy())
@@ -122,6 +128,12 @@ class CheckpointAndHistory(keras.callbacks.Callback):
                   (logs or {}).get("val_loss", float("nan")))
 
 
+def seconds_trained(history_path: str, step: int) -> float:
+    """Training seconds recorded up to the checkpoint at `step` (0 for a fresh training)."""
+    return max((h.get("train_seconds", 0.0) for h in load_history(history_path)
+                if h["step"] <= step), default=0.0)
+
+
 def load_history(path: str) -> list[dict[str, float]]:
     if not tf.io.gfile.exists(path):
         return []
@@ -130,44 +142,39 @@ def load_history(path: str) -> list[dict[str, float]]:
 
 
 class StopTraining(keras.callbacks.Callback):
-    """Stops at exactly `train_steps`, or once training has run `max_seconds` (0: no budget).
+    """Stops after exactly `final_step` steps. Under a time budget that step is 0 (unknown) at
+    first, and the budget fixes it while training runs (trainer_module/budget.py); the variable
+    is checkpointed, so a resumed run keeps it.
 
     Every worker of a MultiWorkerMirroredStrategy run must stop at the same step, or the others
-    wait forever in the next collective. Steps are the same everywhere; for the time budget the
-    chief's clock decides: every `agree_every` steps the workers sum "the chief says stop" (1 on
-    the chief when out of time, else 0) in an all-reduce, so they all stop after the same step.
+    wait forever in the next collective. The chief's clock decides: every `agree_every` steps
+    the workers take the chief's decision in an all-reduce (devices.chief_value), so they all
+    set the same final step at the same step.
     """
 
-    def __init__(self, train_steps: int, max_seconds: float = 0.0,
+    def __init__(self, final_step: tf.Variable, budget: TimeBudget | None = None,
                  strategy: tf.distribute.Strategy | None = None, agree_every: int = 10) -> None:
         super().__init__()
-        self.train_steps, self.max_seconds, self.agree_every = train_steps, max_seconds, agree_every
+        self.final_step, self.budget = final_step, budget
         self.strategy = strategy or tf.distribute.get_strategy()
-        self._multi_worker = devices.num_workers() > 1
         self._chief = devices.writes_results(self.strategy)
-        self._start = 0.0
-
-    def on_train_begin(self, logs=None) -> None:
-        self._start = time.time()
+        # Alone, the budget can decide after any step; together, only at agreed ones.
+        self.agree_every = agree_every if devices.num_workers() > 1 else 1
 
     def on_train_batch_end(self, batch, logs=None) -> None:
         step = int(self.model.optimizer.iterations.numpy())
-        if step >= self.train_steps:
+        final = int(self.final_step.numpy())
+        if not final and self.budget is not None and step % self.agree_every == 0:
+            decided = (self.budget.decide(step, time.time(), self.agree_every)
+                       if self._chief else 0)
+            final = int(devices.chief_value(self.strategy, decided))
+            if final:
+                self.final_step.assign(final)
+                cooldown = cooldown_steps(self.budget.cooldown_fraction, final)
+                _LOG.info("The %.0f s training budget ends training at step %d (decided at "
+                          "step %d, %.0f s in%s).", self.budget.seconds, final, step,
+                          self.budget.elapsed(time.time()),
+                          f"; the learning rate cools down over its last {cooldown} steps"
+                          if cooldown else "")
+        if final and step >= final:
             self.model.stop_training = True
-        elif self.max_seconds and self._out_of_time(step):
-            _LOG.info("Training time budget of %.0f s used up at step %d: stopping.",
-                      self.max_seconds, step)
-            self.model.stop_training = True
-
-    def _out_of_time(self, step: int) -> bool:
-        out_of_time = time.time() - self._start >= self.max_seconds
-        if not self._multi_worker:
-            return out_of_time
-        if step % self.agree_every:
-            return False
-        return bool(self._chief_says(tf.constant(float(self._chief and out_of_time))) > 0)
-
-    @tf.function
-    def _chief_says(self, flag: tf.Tensor) -> tf.Tensor:
-        per_replica = self.strategy.run(tf.identity, args=(flag,))
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)

@@ -6,10 +6,12 @@ Every GPU of a machine (MirroredStrategy), several machines when TF_CONFIG names
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
 import re
+from typing import Callable
 
 import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port  # TF's own "is oneDNN on", no public API
@@ -78,10 +80,17 @@ def cpu_has_bfloat16_units(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return any(re.search(rf"\b{flag}\b", flags) for flag in _CPU_BFLOAT16_FLAGS)
 
 
-def resolve_precision(precision: str, gpus: int | None = None,
-                      cpu_bfloat16: bool | None = None) -> tuple[str, str]:
-    """(Keras policy name, why): "auto" becomes mixed_float16 on GPUs, mixed_bfloat16 on CPUs
-    with bfloat16 units, else float32; other values stay as asked."""
+# mixed_bfloat16 must be at least this much faster than float32 in the probe to be chosen.
+MIN_BFLOAT16_SPEEDUP = 1.05
+
+
+def resolve_precision(precision: str, gpus: int | None = None, cpu_bfloat16: bool | None = None,
+                      bfloat16_speedup: Callable[[], float] | None = None) -> tuple[str, str]:
+    """(Keras policy name, why): "auto" becomes mixed_float16 on GPUs; on a CPU with bfloat16
+    units, mixed_bfloat16 where `bfloat16_speedup()` (a probe: float32 step time over
+    mixed_bfloat16's) says it pays; else float32. Without bfloat16 units it is emulated and
+    several times slower (BENCHMARKS.md, "Train-step time per precision"): no probe then.
+    Other values stay as asked."""
     if gpus is None:
         gpus = len(tf.config.list_physical_devices("GPU"))
     if precision != "auto":
@@ -91,18 +100,43 @@ def resolve_precision(precision: str, gpus: int | None = None,
         return precision, reason
     if gpus:
         return "mixed_float16", f"auto: {gpus} GPU(s)"
-    if cpu_has_bfloat16_units() if cpu_bfloat16 is None else cpu_bfloat16:
-        return "mixed_bfloat16", "auto: the CPU has bfloat16 units (" + \
-            " or ".join(_CPU_BFLOAT16_FLAGS) + ")"
-    return "float32", "auto: no GPU and no bfloat16 units on the CPU"
+    if not (cpu_has_bfloat16_units() if cpu_bfloat16 is None else cpu_bfloat16):
+        return "float32", "auto: no GPU, and no bfloat16 units on the CPU"
+    units = " or ".join(_CPU_BFLOAT16_FLAGS)
+    if bfloat16_speedup is None:
+        return "mixed_bfloat16", f"auto: the CPU has bfloat16 units ({units})"
+    speedup = bfloat16_speedup()
+    if speedup >= MIN_BFLOAT16_SPEEDUP:
+        return "mixed_bfloat16", (f"auto: the CPU has bfloat16 units ({units}) and a probe "
+                                  f"trained this model {speedup:.2f}x faster with them")
+    return "float32", (f"auto: the CPU has bfloat16 units ({units}), but a probe trained this "
+                       f"model only {speedup:.2f}x as fast with them")
+
+
+def chief_value(strategy: tf.distribute.Strategy, value: float) -> float:
+    """The chief's `value`, on every worker: an all-reduce to which only the chief adds its
+    own (float32: exact for integers below 2**24). Without other workers, `value` itself."""
+    if num_workers() <= 1:
+        return value
+    return float(_sum_over_replicas(strategy)(tf.constant(
+        float(value) if writes_results(strategy) else 0.0)))
+
+
+@functools.lru_cache(maxsize=None)
+def _sum_over_replicas(strategy: tf.distribute.Strategy) -> Callable[[tf.Tensor], tf.Tensor]:
+    """One traced all-reduce per strategy (the collective needs a graph function)."""
+
+    @tf.function
+    def total(value: tf.Tensor) -> tf.Tensor:
+        per_replica = strategy.run(tf.identity, args=(value,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return total
 
 
 def fit_to_devices(hparams: HParams) -> HParams:
-    """The precision resolved for this machine (and logged); XLA only where it pays (a GPU)."""
+    """XLA only where it pays (a GPU); the precision is the plan's (trainer_module/budget.py)."""
     gpus = len(tf.config.list_physical_devices("GPU"))
-    precision, reason = resolve_precision(hparams.precision, gpus)
-    _LOG.info("Training precision: %s (%s).", precision, reason)
-    use_xla = hparams.use_xla and bool(gpus)
     if hparams.use_xla and not gpus:
         _LOG.info("No GPU: training without XLA (the profile enables it for GPUs).")
-    return dataclasses.replace(hparams, precision=precision, use_xla=use_xla)
+    return dataclasses.replace(hparams, use_xla=hparams.use_xla and bool(gpus))

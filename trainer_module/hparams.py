@@ -34,9 +34,9 @@ class HParams:
     # Multiplies the paper's schedule: its peak d_model^-0.5 * warmup^-0.5 is tied to the warmup
     # length, so short runs (short warmup) need this to keep the peak learning rate sane.
     learning_rate_scale: float = 1.0
-    # The learning rate decays linearly to zero over this last fraction of train_steps (0: the
-    # paper's schedule, which never anneals). Counted in steps: a --max-train-seconds budget that
-    # stops training first skips the cooldown, so give such runs the --train-steps that fit.
+    # The learning rate decays linearly to zero over this last fraction of the training steps (0:
+    # the paper's schedule, which never anneals). Under a time budget the budget decides the
+    # last step before the cooldown begins, so the cooldown always completes.
     cooldown_fraction: float = 0.0
     optimizer: str = "adam"  # "adam" (the paper's) or "rmsprop" (the seeds' recipe, default rate)
     adam_beta_1: float = 0.9
@@ -50,13 +50,19 @@ class HParams:
     # Per replica (GPU or CPU worker): sentences x padded length of the longer side. N replicas
     # train N x batch_tokens per step; the loss is the mean over the global batch's tokens.
     batch_tokens: int = 8192
+    # How long to train: exactly `train_steps`, or, when train_minutes > 0, as many steps as this
+    # machine trains in that many minutes (trainer_module/budget.py; train_steps is then the
+    # realized count, written to hparams.json, and `--train-steps` with it repeats the run).
     train_steps: int = 10_000
+    train_minutes: float = 0.0
+    # Under a time budget, pick depth, dropout and peak learning rate from the number of steps
+    # the budget affords (`recipe_for_steps`); explicit overrides still win.
+    adapt_recipe: bool = False
     checkpoint_every: int = 2000
     keep_checkpoints: int = 2  # 0: keep all (a BLEU-vs-time curve, benchmarks/time_curve.py)
     max_source_length: int = 128  # training pairs with more tokens (without START/END) are dropped
     max_target_length: int = 128
     bucketing: bool = True  # False: pad every pair to max_*_length (the seeds' input pipeline)
-    max_train_seconds: float = 0.0  # >0: stop early once training took this long (benchmarks)
     # Shuffle buffer in pairs. fra.txt (and so ExampleGen's output) is sorted by length: a
     # buffer smaller than the ~133k training pairs makes each pass run from short to long.
     shuffle_pairs: int = 50_000
@@ -102,6 +108,11 @@ class HParams:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
                              f"got {self.precision!r}")
+        if self.train_steps < 1 and self.train_minutes <= 0:
+            raise ValueError(f"train_steps must be >= 1 (or train_minutes > 0), got "
+                             f"{self.train_steps}")
+        if self.train_minutes < 0:
+            raise ValueError(f"train_minutes must be >= 0, got {self.train_minutes}")
         if self.beam_width < 1:
             raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
         if self.shared_embeddings and self.source_vocab_size != self.target_vocab_size:
@@ -132,21 +143,17 @@ PROFILES: dict[str, HParams] = {
         warmup_steps=20, learning_rate_scale=0.5, batch_tokens=512, train_steps=40,
         checkpoint_every=20, max_source_length=32, max_target_length=32,
         decode_max_length=48, beam_width=2),
-    # Best use of 2 CPU cores for 30 min on ~130k short Tatoeba pairs (~10 target tokens each):
-    # 3,097 steps at the reference machine's 0.581 s per step with TensorFlow's oneDNN kernels
-    # (0.632 of its 0.920 s with the Eigen ones; `nmt` turns oneDNN on). Small 2k-token
-    # batches and 2+2 layers (0.76 of a 3+3 step) give more updates, which matter more than
-    # batch size or depth this early in training. Pre-norm layers tolerate the short warmup
-    # and a high peak: the scale puts it at 2.8e-3. Decaying it to zero over the last 20 % of
-    # the steps gained +1.6 test BLEU at equal steps. No dropout: without it the 2+2 model's
-    # validation loss still fell to 3,912 steps, where its test BLEU had flattened (44.8, the
-    # same as 3+3). Runs of an hour or more want `cpu_2h` (--train-steps for other budgets).
-    # Assumes vocabularies of ~8k subwords: the output softmax is a large share of the cost.
+    # 30 minutes on a few CPU cores, ~130k short Tatoeba pairs (~10 target tokens each). As many
+    # steps as fit (the budget), small 2k-token batches: more updates matter more than batch
+    # size this early. Pre-norm layers tolerate the short warm-up and a high peak (2.8e-3). The
+    # recipe follows the steps the budget buys (`recipe_for_steps`); bfloat16 only where it
+    # pays (devices.py). Why each value: BENCHMARKS.md, "Ablation at equal wall time" and
+    # "BLEU against training time". Assumes ~8k-subword vocabularies.
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, batch_tokens=2048,
-        train_steps=3097, checkpoint_every=500, max_source_length=50, max_target_length=50,
-        decode_max_length=100),
+        train_steps=0, train_minutes=30.0, adapt_recipe=True, checkpoint_every=500,
+        max_source_length=50, max_target_length=50, decode_max_length=100, precision="auto"),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it.
     "base": HParams(precision="auto", use_xla=True),
@@ -158,13 +165,22 @@ PROFILES: dict[str, HParams] = {
         batch_tokens=64 * 21, train_steps=100_000, checkpoint_every=500, max_source_length=20,
         max_target_length=20, bucketing=False, decode_max_length=20),
 }
-# Two hours on the same 2 CPU cores: the `cpu` model with 3+3 layers, half its peak rate
-# (1.4e-3) and dropout 0.1. Without the cooldown this recipe reached test BLEU 47.9 at two hours
-# while 2+2 layers had flattened at 44.8 by one; 3+3 without dropout overfit in the second hour
-# (46.5). 5,768 steps are 120 min at the reference 1.248 s per 3+3 step with Eigen kernels, about
-# 76 min with oneDNN's; two hours of those (--train-steps 9127) are not measured yet.
-PROFILES["cpu_2h"] = dataclasses.replace(
-    PROFILES["cpu"], num_layers=3, dropout_rate=0.1, learning_rate_scale=0.5, train_steps=5768)
+# The same with two hours: the budget then buys the long-run recipe (`recipe_for_steps`).
+PROFILES["cpu_2h"] = dataclasses.replace(PROFILES["cpu"], train_minutes=120.0)
+
+# What a time budget affords, in steps of the profile's own (2+2-layer) model: past this many
+# its BLEU curve is flat, while 3+3 layers with dropout and half the peak rate keep improving
+# (BENCHMARKS.md, "BLEU against training time" and "The two-hour profile").
+LONG_RUN_STEPS = 4_000
+LONG_RUN_RECIPE = {"num_layers": 3, "dropout_rate": 0.1, "learning_rate_scale": 0.5}
+
+
+def recipe_for_steps(hparams: HParams, expected_steps: int) -> dict[str, object]:
+    """The fields to change on `hparams` for a run expected to train `expected_steps` of its
+    own model (empty: keep the profile's recipe)."""
+    if not hparams.adapt_recipe or expected_steps < LONG_RUN_STEPS:
+        return {}
+    return dict(LONG_RUN_RECIPE)
 
 
 def get_profile(name: str) -> HParams:

@@ -101,56 +101,81 @@ class Perplexity(keras.metrics.Mean):
 
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (paper eq. 3), times a
-    linear cooldown to zero over the last `cooldown_steps` of `train_steps` (0: none).
+    linear cooldown to zero over the last `cooldown_fraction` of `train_steps` (0: none).
 
     The paper's rate never anneals, so the last weights of a short run are noisy; decaying to
     zero at the end of the budget (a "warmup-stable-decay" schedule, Hägele et al. 2024) settles
-    them. The cooldown is counted in steps, so every worker and every resumed run sees the same
-    rates. The optimizer counts iterations from 0; the paper's step numbers start at 1, so the
-    first update already has a non-zero rate, and so does the last one (step == train_steps).
-    Peak: scale * (d_model * warmup_steps)^-0.5.
+    them. `train_steps` may be a variable that a time budget sets while training runs
+    (trainer_module/budget.py): while it is 0 the rate has no cooldown, and the budget fixes it
+    before the cooldown would have begun, so the rates are those of a run told that step count
+    from the start. The optimizer counts iterations from 0; the paper's step numbers start at 1,
+    so the first update already has a non-zero rate, and so does the last one
+    (step == train_steps). Peak: scale * (d_model * warmup_steps)^-0.5.
     """
 
     def __init__(self, d_model: int, warmup_steps: int, scale: float = 1.0,
-                 train_steps: int = 0, cooldown_steps: int = 0) -> None:
+                 train_steps: int | tf.Variable = 0, cooldown_fraction: float = 0.0) -> None:
         super().__init__()
-        if cooldown_steps and not 0 < cooldown_steps <= train_steps:
-            raise ValueError(f"cooldown_steps={cooldown_steps} must be within "
-                             f"train_steps={train_steps}")
+        if not 0.0 <= cooldown_fraction <= 1.0:
+            raise ValueError(f"cooldown_fraction must be in [0, 1], got {cooldown_fraction}")
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale
         self.train_steps = train_steps
-        self.cooldown_steps = cooldown_steps
+        self.cooldown_fraction = cooldown_fraction
+
+    @property
+    def cooldown_steps(self) -> int:
+        """The cooldown's length for the train_steps known now (0 while undecided)."""
+        return cooldown_steps(self.cooldown_fraction, step_count(self.train_steps))
 
     def __call__(self, step: tf.Tensor) -> tf.Tensor:
         step = tf.cast(step, tf.float32) + 1.0
         rate = (self.scale * self.d_model ** -0.5
                 * tf.minimum(tf.math.rsqrt(step), step * self.warmup_steps ** -1.5))
-        if not self.cooldown_steps:
+        if not self.cooldown_fraction:
             return rate
-        return rate * tf.clip_by_value(
-            (self.train_steps + 1.0 - step) / self.cooldown_steps, 0.0, 1.0)
+        # float64 and round-half-to-even, as Python's round() in `cooldown_steps`.
+        train_steps = tf.cast(self.train_steps, tf.float64)
+        cooldown = tf.cast(tf.round(train_steps * self.cooldown_fraction), tf.float32)
+        factor = tf.clip_by_value(
+            (tf.cast(train_steps, tf.float32) + 1.0 - step) / tf.maximum(cooldown, 1.0), 0.0, 1.0)
+        return rate * tf.where(cooldown > 0, factor, 1.0)
 
     def get_config(self) -> dict[str, Any]:
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale,
-                "train_steps": self.train_steps, "cooldown_steps": self.cooldown_steps}
+                "train_steps": step_count(self.train_steps),
+                "cooldown_fraction": self.cooldown_fraction}
 
 
-def cooldown_steps(hparams: HParams) -> int:
+def step_count(steps: int | tf.Variable) -> int:
+    """A step count given as a number or as a (possibly distributed) variable."""
+    return int(steps.numpy()) if hasattr(steps, "numpy") else int(steps)
+
+
+def cooldown_steps(fraction: float, train_steps: int) -> int:
     """The last steps of `train_steps` over which the learning rate decays to zero."""
-    return round(hparams.cooldown_fraction * hparams.train_steps)
+    return round(fraction * train_steps)
 
 
-def learning_rate_schedule(hparams: HParams) -> TransformerSchedule:
-    """The warm-up schedule scaled for the profile, with its cooldown if any."""
+def peak_learning_rate(hparams: HParams) -> float:
+    """The schedule's highest rate, reached at the end of the warm-up."""
+    return hparams.learning_rate_scale * (hparams.d_model * hparams.warmup_steps) ** -0.5
+
+
+def learning_rate_schedule(hparams: HParams,
+                           train_steps: int | tf.Variable | None = None) -> TransformerSchedule:
+    """The warm-up schedule scaled for the profile, with its cooldown if any, ending at
+    `train_steps` (default: the profile's; a variable when a time budget decides it)."""
     return TransformerSchedule(hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale,
-                               hparams.train_steps, cooldown_steps(hparams))
+                               hparams.train_steps if train_steps is None else train_steps,
+                               hparams.cooldown_fraction)
 
 
-def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
-    """Adam(0.9, 0.98, 1e-9 by default) on the warm-up schedule; loss-scaled under float16;
-    with a moving average of the weights if hparams.ema_momentum > 0.
+def make_optimizer(hparams: HParams,
+                   train_steps: int | tf.Variable | None = None) -> keras.optimizers.Optimizer:
+    """Adam(0.9, 0.98, 1e-9 by default) on the warm-up schedule ending at `train_steps`;
+    loss-scaled under float16; with a moving average of the weights if hparams.ema_momentum > 0.
 
     Keras' fit scales the loss itself; a custom train step under mixed precision must call
     get_scaled_loss / get_unscaled_gradients.
@@ -161,7 +186,7 @@ def make_optimizer(hparams: HParams) -> keras.optimizers.Optimizer:
         optimizer = keras.optimizers.RMSprop(**averaging)
     else:
         optimizer = keras.optimizers.Adam(
-            learning_rate=learning_rate_schedule(hparams),
+            learning_rate=learning_rate_schedule(hparams, train_steps),
             beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon,
             **averaging)
     if hparams.precision == "mixed_float16":  # bfloat16 has float32's range: no scaling

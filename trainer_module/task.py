@@ -1,51 +1,58 @@
 """TFX Trainer entry point: `run_fn` trains the Transformer and exports the translator.
 
 Referenced by module path (`trainer_module.task`), so the same code runs locally and in the
-Kubeflow container. custom_config: {"profile": name, "checkpoint_root": dir, "max_train_seconds":
-s, "precision": one of hparams.PRECISIONS, "hparams": {field: value}} (all but the profile
-optional).
+Kubeflow container. custom_config: {"profile": name, "checkpoint_root": dir, "train_minutes":
+m, "precision": one of hparams.PRECISIONS, "hparams": {field: value}} (all optional; the
+profile defaults to `cpu`). TrainArgs.num_steps > 0 trains exactly that many steps instead of
+the profile's time budget.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import os
+import time
 
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from trainer_module import callbacks, devices, export, hparams as hparams_lib
+from trainer_module import budget, callbacks, devices, export, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset, validation_dataset
 from trainer_module.model import Transformer
 from trainer_module.optimization import (GlobalTokenMeanLoss, MaskedAccuracy, Perplexity,
-                                         cooldown_steps, make_optimizer)
+                                         make_optimizer)
 from trainer_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB,
                                           shares_vocabulary)
 
 _LOG = logging.getLogger(__name__)
 HISTORY_FILE = "history.json"
 HPARAMS_FILE = "hparams.json"
+_UNBOUNDED_STEPS = 10**9
 
 
-def _hparams(fn_args: FnArgs,
-             tf_transform_output: tft.TFTransformOutput) -> hparams_lib.HParams:
-    """The profile with the Trainer's overrides (steps, time budget, precision, any field by
-    name), the real vocabulary sizes, and the precision resolved for this machine."""
+def _hparams(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput
+             ) -> tuple[hparams_lib.HParams, dict[str, object]]:
+    """(The profile with the step count or time budget, the user's overrides and the real
+    vocabulary sizes; those overrides alone, which win over what the budget plans)."""
     config = fn_args.custom_config or {}
-    hparams = hparams_lib.get_profile(config.get("profile", "smoke"))
+    hparams = hparams_lib.get_profile(config.get("profile") or "cpu")
     if fn_args.train_steps:
         hparams = dataclasses.replace(
-            hparams, train_steps=fn_args.train_steps,
+            hparams, train_steps=fn_args.train_steps, train_minutes=0.0,
             checkpoint_every=min(hparams.checkpoint_every, fn_args.train_steps))
-    overrides = {key: config[key] for key in ("max_train_seconds", "precision")
-                 if config.get(key)}
-    hparams = hparams_lib.with_overrides(hparams, {**overrides, **(config.get("hparams") or {})})
-    return devices.fit_to_devices(hparams.with_vocab_sizes(
-        *vocab_sizes(tf_transform_output), shared=shares_vocabulary(tf_transform_output)))
+    elif config.get("train_minutes"):
+        hparams = dataclasses.replace(hparams, train_minutes=float(config["train_minutes"]))
+    overrides = dict(hparams_lib.parse_override(f"{name}={value}") for name, value in
+                     {**({"precision": config["precision"]} if config.get("precision") else {}),
+                      **(config.get("hparams") or {})}.items())
+    hparams = dataclasses.replace(hparams, **overrides).with_vocab_sizes(
+        *vocab_sizes(tf_transform_output), shared=shares_vocabulary(tf_transform_output))
+    return hparams, overrides
 
 
 def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
@@ -64,13 +71,15 @@ def _checkpoint_dir(fn_args: FnArgs, hparams: hparams_lib.HParams) -> str:
     return os.path.join(root, hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
-def _build_keras_model(hparams: hparams_lib.HParams) -> Transformer:
+def build_keras_model(hparams: hparams_lib.HParams,
+                      final_step: tf.Variable | None = None) -> Transformer:
     """The compiled model, its and the optimizer's variables created (so a checkpoint restores
-    into them at once, even when no training step follows)."""
+    into them at once, even when no training step follows). The learning-rate schedule ends at
+    `final_step` (default: hparams.train_steps)."""
     model = Transformer(hparams)
     model((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
     model.compile(
-        optimizer=make_optimizer(hparams),
+        optimizer=make_optimizer(hparams, final_step),
         loss=GlobalTokenMeanLoss(hparams.label_smoothing),
         metrics=[MaskedAccuracy(), Perplexity(), callbacks.TargetTokens()],
         jit_compile=hparams.use_xla)
@@ -90,56 +99,84 @@ def _train_data(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput,
     return keras.utils.experimental.DatasetCreator(per_worker)
 
 
+def _probe(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput,
+           hparams: hparams_lib.HParams) -> float:
+    """Seconds per training step of a throwaway model of `hparams` on real batches."""
+    batches = list(make_dataset(fn_args.train_files, tf_transform_output, hparams,
+                                training=True).take(budget.PROBE_STEPS))
+    return budget.seconds_per_step(build_keras_model(hparams), batches)
+
+
 def run_fn(fn_args: FnArgs) -> None:
     """Trains with checkpoints every `checkpoint_every` steps, then exports for serving.
 
     Under MultiWorkerMirroredStrategy every worker runs this; only the chief keeps
     checkpoints and writes the history, hparams and the SavedModel (see `devices`).
     """
+    started = time.time()  # the time budget counts from here
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
-    hparams = _hparams(fn_args, tf_transform_output)
+    hparams, overrides = _hparams(fn_args, tf_transform_output)
     strategy = devices.choose_strategy()
     chief = devices.writes_results(strategy)
+    checkpoint_dir = _checkpoint_dir(fn_args, hparams)  # before the plan: a re-run finds it
+    history_path = os.path.join(checkpoint_dir, HISTORY_FILE)
+    plan = budget.Plan.load(checkpoint_dir)
+    if plan is None:
+        plan = budget.make_plan(
+            hparams, functools.partial(_probe, fn_args, tf_transform_output), strategy,
+            seconds_left=lambda: hparams.train_minutes * 60 - (time.time() - started))
+        if chief:
+            plan.save(checkpoint_dir)
+    hparams = devices.fit_to_devices(plan.apply(hparams, overrides))
     _LOG.info("Training the Transformer: %s", json.dumps(dataclasses.asdict(hparams)))
-    if hparams.cooldown_fraction and hparams.max_train_seconds:
-        _LOG.info("The learning rate decays to zero over steps %d-%d; if the %.0f s budget "
-                  "stops training first, that cooldown is cut short.",
-                  hparams.train_steps - cooldown_steps(hparams) + 1, hparams.train_steps,
-                  hparams.max_train_seconds)
-    checkpoint_dir = _checkpoint_dir(fn_args, hparams)
     with strategy.scope():
-        model = _build_keras_model(hparams)
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        # The last step: known, or 0 until the time budget decides it (checkpointed with it).
+        final_step = tf.Variable(0 if hparams.train_minutes else hparams.train_steps,
+                                 trainable=False, dtype=tf.int64, name="final_step")
+        model = build_keras_model(hparams, final_step)
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
+                                         final_step=final_step)
         latest = tf.train.latest_checkpoint(checkpoint_dir)
         if latest:
             checkpoint.restore(latest)
-            _LOG.info("Resuming from %s (step %d of %d).", latest,
-                      int(model.optimizer.iterations.numpy()), hparams.train_steps)
+            step = int(model.optimizer.iterations.numpy())
+            _LOG.info("Resuming from %s (step %d of %s).", latest, step,
+                      f"{int(final_step.numpy()):,}" if int(final_step.numpy()) else
+                      f"a {hparams.train_minutes:g}-minute budget, "
+                      f"{callbacks.seconds_trained(history_path, step):.1f} s of it spent")
         write_dir = checkpoint_dir if chief else os.path.join(
             checkpoint_dir, f".{devices.worker_name(strategy)}-temp")
         manager = tf.train.CheckpointManager(
             checkpoint, write_dir, max_to_keep=(hparams.keep_checkpoints or None) if chief else 1)
-    history_path = os.path.join(checkpoint_dir, HISTORY_FILE)
     step = int(model.optimizer.iterations.numpy())
-    if step < hparams.train_steps:
-        feedback = [callbacks.ProgressLogger(hparams.train_steps,
-                                             max_seconds=hparams.max_train_seconds),
-                    callbacks.CheckpointAndHistory(manager, history_path, keep=chief),
-                    callbacks.StopTraining(hparams.train_steps, hparams.max_train_seconds,
-                                           strategy)]
+    time_budget = budget.TimeBudget(
+        hparams.train_minutes * 60, started, callbacks.seconds_trained(history_path, step),
+        hparams.cooldown_fraction) if hparams.train_minutes else None
+    if not int(final_step.numpy()) or step < int(final_step.numpy()):
+        feedback = [callbacks.ProgressLogger(final_step, budget=time_budget),
+                    callbacks.CheckpointAndHistory(manager, history_path, keep=chief,
+                                                   started=started),
+                    callbacks.StopTraining(final_step, time_budget, strategy)]
         if chief:
             feedback.append(keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50))
+        # Under a budget the epochs are counted to a step no budget reaches; StopTraining ends it.
+        epochs = -(-(int(final_step.numpy()) or _UNBOUNDED_STEPS) // hparams.checkpoint_every)
         model.fit(_train_data(fn_args, tf_transform_output, hparams),
-                  epochs=-(-hparams.train_steps // hparams.checkpoint_every),
-                  initial_epoch=step // hparams.checkpoint_every,
+                  epochs=epochs, initial_epoch=step // hparams.checkpoint_every,
                   steps_per_epoch=hparams.checkpoint_every,
                   validation_data=validation_dataset(fn_args.eval_files, tf_transform_output,
                                                      hparams),
                   verbose=0, callbacks=feedback)
+    hparams = dataclasses.replace(hparams, train_steps=int(model.optimizer.iterations.numpy()))
     if not chief:
         _LOG.info("Worker %s finished; the chief exports the model.",
                   devices.worker_name(strategy))
         return
+    if time_budget:
+        _LOG.info("Trained %s steps in %s of the %g-minute budget. To repeat this training "
+                  "exactly: %s", f"{hparams.train_steps:,}",
+                  callbacks.duration(time_budget.elapsed(time.time())), hparams.train_minutes,
+                  repeat_flags(hparams, plan, overrides))
     # The moving average of the weights, if kept (fit does this too, but not when a re-run
     # finds training already complete).
     model.optimizer.finalize_variable_values(model.trainable_variables)
@@ -150,3 +187,13 @@ def run_fn(fn_args: FnArgs) -> None:
         with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, name), "w") as f:
             json.dump(payload, f, indent=1)
     _LOG.info("Exported the translator to %s.", fn_args.serving_model_dir)
+
+
+def repeat_flags(hparams: hparams_lib.HParams, plan: budget.Plan,
+                 overrides: dict[str, object]) -> str:
+    """`nmt run` flags that train exactly as this budgeted run did: its step count, with the
+    recipe and precision its plan chose."""
+    fields = {**plan.recipe, **overrides}
+    return " ".join([f"--train-steps {hparams.train_steps}", f"--precision {hparams.precision}",
+                     *(f"--hparam {name}={getattr(hparams, name)}" for name in sorted(fields)
+                       if name != "precision")])

@@ -1,0 +1,239 @@
+"""The training time budget: budget -> steps on a stand-in clock, the learning rates of a
+budgeted run against a run told its step count, a resumed run's spent time, the recipe and the
+precision the budget plans, and the flags that repeat a budgeted run."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module import budget, callbacks, devices, hparams as hparams_lib, optimization, task
+from trainer_module.hparams import LONG_RUN_RECIPE, LONG_RUN_STEPS, get_profile
+
+pytestmark = pytest.mark.faults  # interrupted work (resume) and the stop decision
+
+
+def _stand_in_clock(monkeypatch, first_step: float, per_step: float) -> tuple:
+    """A clock in `callbacks` that ticks `first_step` s on the first step (tracing) and
+    `per_step` s on each later one, and the Keras callback that ticks it."""
+    clock = types.SimpleNamespace(now=0.0, steps=0)
+    monkeypatch.setattr(callbacks, "time", types.SimpleNamespace(time=lambda: clock.now))
+
+    def tick(*_):
+        clock.now += first_step if clock.steps == 0 else per_step
+        clock.steps += 1
+
+    # Keras calls callbacks in list order: the tick must come before StopTraining reads it.
+    return clock, keras.callbacks.LambdaCallback(on_train_batch_end=tick)
+
+
+def _train(tmp_path, time_budget: budget.TimeBudget, final_step: tf.Variable, tick,
+           cooldown_fraction: float = 0.2, lr_seen: list | None = None,
+           model: keras.Model | None = None) -> keras.Model:
+    """A tiny model trained under `time_budget` as run_fn trains (checkpoints every 20 steps)."""
+    schedule = optimization.TransformerSchedule(32, 20, 1.0, final_step, cooldown_fraction)
+    if model is None:
+        model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+        model.compile(optimizer=keras.optimizers.Adam(schedule), loss="mse")
+    record = keras.callbacks.LambdaCallback(on_train_batch_begin=lambda *_: lr_seen.append(
+        float(schedule(model.optimizer.iterations)))) if lr_seen is not None else None
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer, final_step=final_step),
+        str(tmp_path), None)
+    data = tf.data.Dataset.from_tensors((np.ones([4, 2]), np.ones([4, 1]))).repeat()
+    step = int(model.optimizer.iterations.numpy())
+    model.fit(data, epochs=1000, initial_epoch=step // 20, steps_per_epoch=20, verbose=0,
+              callbacks=[cb for cb in (record, tick) if cb] + [
+                  callbacks.CheckpointAndHistory(manager, os.path.join(tmp_path, "history.json"),
+                                                 started=time_budget.started),
+                  callbacks.StopTraining(final_step, time_budget)])
+    return model
+
+
+def test_the_budget_decides_the_steps_that_fit_from_the_measured_rate(tmp_path, monkeypatch):
+    """100 s: the first step (tracing) takes 10 s, each next one 1 s, so 91 steps fit. The
+    budget fixes step 91 while the rate is still the peak one: the cooldown (the last 18
+    steps, 20 %) begins after step 73."""
+    clock, tick = _stand_in_clock(monkeypatch, first_step=10.0, per_step=1.0)
+    final_step = tf.Variable(0, dtype=tf.int64)
+    time_budget = budget.TimeBudget(100.0, started=0.0, cooldown_fraction=0.2)
+    rates: list[float] = []
+    model = _train(tmp_path, time_budget, final_step, tick, lr_seen=rates)
+    assert int(final_step.numpy()) == int(model.optimizer.iterations.numpy()) == 91
+    assert clock.now == pytest.approx(100.0)  # training took the budget, cooldown included
+    # The rates of every step are those of a run told "91 steps" from the start.
+    told = optimization.TransformerSchedule(32, 20, 1.0, 91, 0.2)
+    np.testing.assert_allclose(rates, told(np.arange(91)).numpy(), rtol=1e-6)
+    assert rates[-1] > 0.0 and told(91).numpy() == 0.0
+    with open(os.path.join(tmp_path, "history.json")) as f:
+        last = json.load(f)[-1]
+    assert (last["step"], last["train_seconds"]) == (91, 100.0)
+
+
+def test_a_slower_machine_gets_fewer_steps_and_a_complete_cooldown(tmp_path, monkeypatch):
+    clock, tick = _stand_in_clock(monkeypatch, first_step=10.0, per_step=2.0)
+    final_step = tf.Variable(0, dtype=tf.int64)
+    model = _train(tmp_path, budget.TimeBudget(100.0, 0.0, cooldown_fraction=0.2), final_step,
+                   tick)
+    assert int(model.optimizer.iterations.numpy()) == int(final_step.numpy()) == 46
+    assert clock.now == pytest.approx(100.0)
+
+
+def test_a_resumed_run_counts_the_time_already_spent(tmp_path, monkeypatch):
+    """Killed after its checkpoint at step 40 (49 s in), the run resumes: tracing again costs
+    10 s of the same 100 s budget, so it ends at step 82, not at 91 nor at 40 + 91."""
+    clock, tick = _stand_in_clock(monkeypatch, first_step=10.0, per_step=1.0)
+    final_step = tf.Variable(0, dtype=tf.int64)
+    killed = budget.TimeBudget(100.0, 0.0, cooldown_fraction=0.2)
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer=keras.optimizers.Adam(
+        optimization.TransformerSchedule(32, 20, 1.0, final_step, 0.2)), loss="mse")
+
+    class Kill(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) >= 40:
+                self.model.stop_training = True
+
+    # Run until the checkpoint at step 40, as a Trainer killed just after it would have.
+    history = os.path.join(tmp_path, "history.json")
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer, final_step=final_step),
+        str(tmp_path), None)
+    data = tf.data.Dataset.from_tensors((np.ones([4, 2]), np.ones([4, 1]))).repeat()
+    model.fit(data, epochs=1000, steps_per_epoch=20, verbose=0, callbacks=[
+        tick, callbacks.CheckpointAndHistory(manager, history, started=0.0),
+        callbacks.StopTraining(final_step, killed), Kill()])  # after the checkpoint
+    assert int(model.optimizer.iterations.numpy()) == 40 and not int(final_step.numpy())
+    assert callbacks.seconds_trained(history, 40) == pytest.approx(49.0)
+
+    clock.now, clock.steps = 500.0, 0  # down for a while: that time does not count
+    resumed_model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    resumed_step = tf.Variable(0, dtype=tf.int64)
+    resumed_model.compile(optimizer=keras.optimizers.Adam(
+        optimization.TransformerSchedule(32, 20, 1.0, resumed_step, 0.2)), loss="mse")
+    tf.train.Checkpoint(model=resumed_model, optimizer=resumed_model.optimizer,
+                        final_step=resumed_step).restore(manager.latest_checkpoint)
+    assert int(resumed_model.optimizer.iterations.numpy()) == 40
+    resumed = budget.TimeBudget(100.0, started=500.0,
+                                spent_before=callbacks.seconds_trained(history, 40),
+                                cooldown_fraction=0.2)
+    _train(tmp_path, resumed, resumed_step, tick, model=resumed_model)
+    assert int(resumed_model.optimizer.iterations.numpy()) == int(resumed_step.numpy()) == 82
+    assert resumed.elapsed(clock.now) == pytest.approx(100.0)
+    with open(history) as f:
+        assert [(e["step"], e["train_seconds"]) for e in json.load(f)][-1] == (82, 100.0)
+
+
+def test_the_decided_step_is_never_inside_a_cooldown_already_begun():
+    """A budget already used up (a resumed run with nothing left) still ends with a whole
+    cooldown: the final step is the first whose cooldown starts after the current one."""
+    used_up = budget.TimeBudget(100.0, started=0.0, spent_before=150.0, cooldown_fraction=0.2)
+    final = used_up.decide(400, now=1.0)
+    assert final - optimization.cooldown_steps(0.2, final) >= 400
+    assert final - 1 - optimization.cooldown_steps(0.2, final - 1) < 400
+    # Without a cooldown it stops where it is.
+    assert budget.TimeBudget(100.0, 0.0, spent_before=150.0).decide(400, now=1.0) == 400
+    # Early on, nothing is decided yet: the rate is not known after one step.
+    assert budget.TimeBudget(100.0, 0.0, cooldown_fraction=0.2).decide(1, now=10.0) == 0
+
+
+@pytest.mark.parametrize("seconds_per_step, minutes, long_run", [
+    (0.58, 15, False), (0.58, 30, False), (0.58, 60, True), (0.275, 30, True)])
+def test_the_recipe_follows_the_steps_the_budget_buys(caplog, seconds_per_step, minutes,
+                                                      long_run):
+    """The profile's 2+2 recipe below LONG_RUN_STEPS steps, the long-run recipe beyond; one log
+    sentence says which and why. The probe is a stand-in with a fixed step time."""
+    hparams = dataclasses.replace(get_profile("cpu"), train_minutes=minutes, precision="float32")
+    probed: list[hparams_lib.HParams] = []
+    with caplog.at_level(logging.INFO, logger="trainer_module.budget"):
+        plan = budget.make_plan(hparams, lambda h: probed.append(h) or seconds_per_step,
+                                tf.distribute.get_strategy(), lambda: minutes * 60.0)
+    assert len(probed) == 1 and probed[0].num_layers == 2  # the profile's own model
+    expected = int(minutes * 60 / seconds_per_step)
+    assert (expected >= LONG_RUN_STEPS) is long_run
+    assert plan.recipe == (LONG_RUN_RECIPE if long_run else {})
+    assert plan.precision == "float32"
+    [sentence] = [r.getMessage() for r in caplog.records if "Training recipe" in r.getMessage()]
+    assert f"about {expected:,} steps" in sentence
+    assert ("3+3 layers, dropout 0.1, peak learning rate 1.4e-03" if long_run else
+            "2+2 layers, dropout 0, peak learning rate 2.8e-03") in sentence
+
+
+def test_explicit_overrides_win_over_the_recipe():
+    plan = budget.Plan(precision="float32", recipe=dict(LONG_RUN_RECIPE))
+    hparams = plan.apply(get_profile("cpu"), {"num_layers": 4, "precision": "auto"})
+    assert (hparams.num_layers, hparams.dropout_rate, hparams.precision) == (4, 0.1, "float32")
+
+
+def test_fixed_steps_plan_no_recipe_and_probe_nothing_without_bfloat16_units(monkeypatch):
+    """--train-steps: the profile's recipe; on a CPU without bfloat16 units, float32 without
+    a probe (emulated bfloat16 is several times slower)."""
+    monkeypatch.setattr(devices, "cpu_has_bfloat16_units", lambda: False)  # an AVX2-only CPU
+    hparams = dataclasses.replace(get_profile("cpu"), train_minutes=0.0, train_steps=3097)
+    probe = lambda h: pytest.fail("probed")  # noqa: E731
+    plan = budget.make_plan(hparams, probe, tf.distribute.get_strategy(), lambda: 0.0)
+    assert plan == budget.Plan(precision="float32", recipe={})
+
+
+@pytest.mark.parametrize("speedup, chosen", [(1.35, "mixed_bfloat16"), (0.25, "float32"),
+                                             (1.02, "float32")])
+def test_the_precision_probe_decides_on_a_cpu_with_bfloat16_units(speedup, chosen):
+    precision, reason = devices.resolve_precision("auto", gpus=0, cpu_bfloat16=True,
+                                                  bfloat16_speedup=lambda: speedup)
+    assert precision == chosen
+    assert f"{speedup:.2f}x" in reason and "probe" in reason
+
+
+def test_the_plan_probes_both_precisions_and_logs_its_choice(monkeypatch, caplog):
+    """Where the CPU has bfloat16 units, `auto` times float32 and mixed_bfloat16 on the real
+    model shape and takes the faster; the recipe reuses that probe's step time."""
+    monkeypatch.setattr(devices, "cpu_has_bfloat16_units", lambda: True)  # this CPU's flags
+    step_seconds = {"float32": 0.289, "mixed_bfloat16": 0.215}  # as measured on avx512_bf16
+    probed = []
+    hparams = dataclasses.replace(get_profile("cpu"), train_minutes=30.0)
+    with caplog.at_level(logging.INFO, logger="trainer_module.budget"):
+        plan = budget.make_plan(
+            hparams, lambda h: probed.append(h.precision) or step_seconds[h.precision],
+            tf.distribute.get_strategy(), lambda: 1800.0)
+    assert sorted(probed) == ["float32", "mixed_bfloat16"]
+    assert plan.precision == "mixed_bfloat16" and plan.recipe == LONG_RUN_RECIPE
+    assert "Training precision: mixed_bfloat16 (auto: the CPU has bfloat16 units" in caplog.text
+    assert "1.34x faster" in caplog.text
+    assert "about 8,372 steps" in caplog.text  # 1800 / 0.215
+
+
+def test_the_probe_times_real_training_steps():
+    model = keras.Sequential([keras.layers.Dense(64, input_shape=(32,)), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    batches = [(np.ones([8, 32]), np.ones([8, 1]))] * 3
+    seconds = budget.seconds_per_step(model, batches)
+    assert 0.0 < seconds < 5.0
+    assert int(model.optimizer.iterations.numpy()) == 6  # a traced pass, then a timed one
+
+
+def test_the_plan_is_kept_beside_the_checkpoints(tmp_path):
+    plan = budget.Plan(precision="mixed_bfloat16", recipe=dict(LONG_RUN_RECIPE))
+    assert budget.Plan.load(str(tmp_path)) is None
+    plan.save(str(tmp_path))
+    assert budget.Plan.load(str(tmp_path)) == plan
+
+
+def test_the_repeat_flags_reproduce_the_budgeted_run():
+    """The flags printed at the end of a budgeted run give `nmt run` the same steps, recipe and
+    precision, with no budget."""
+    from pipeline import cli
+
+    plan = budget.Plan(precision="float32", recipe=dict(LONG_RUN_RECIPE))
+    trained = dataclasses.replace(plan.apply(get_profile("cpu"), {"ema_momentum": 0.99}),
+                                  train_steps=4712)
+    flags = task.repeat_flags(trained, plan, {"ema_momentum": 0.99})
+    args = cli.build_parser().parse_args(["run", *flags.split()])
+    assert (args.train_steps, args.train_minutes, args.precision) == (4712, None, "float32")
+    assert dict(args.hparams) == {**LONG_RUN_RECIPE, "ema_momentum": 0.99}

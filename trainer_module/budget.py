@@ -1,0 +1,154 @@
+"""The training time budget: how many steps this machine trains in it, and which recipe and
+precision those steps afford, decided once per training and agreed by every worker.
+
+The budget counts the Trainer's wall time from the start of `run_fn` (probes, tracing, training,
+validation, checkpoints; not the export after it), summed over restarts: a resumed run starts
+with the seconds its checkpoint recorded (the time after that checkpoint is lost work, redone).
+The final step is fixed from the measured step rate just before the cooldown would begin, so
+warm-up and cooldown both land inside the budget, the learning rates are exactly those of a run
+told that step count from the start, and `--train-steps N` repeats the run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from typing import Any, Callable
+
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module import devices
+from trainer_module.hparams import PRECISIONS, HParams, recipe_for_steps
+from trainer_module.optimization import cooldown_steps, peak_learning_rate
+
+_LOG = logging.getLogger(__name__)
+PLAN_FILE = "plan.json"
+PROBE_STEPS = 8  # batches timed per probe, after one traced pass over them
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a training decided before its first step. Kept beside its checkpoints, so that a
+    resumed run builds the same model whatever its own probes would say now."""
+
+    precision: str
+    recipe: dict[str, Any]  # HParams fields the budget changed (empty: the profile's recipe)
+
+    def apply(self, hparams: HParams, overrides: dict[str, Any]) -> HParams:
+        """The profile's hparams with the plan, then the user's overrides (which win)."""
+        return dataclasses.replace(dataclasses.replace(hparams, **self.recipe),
+                                   **{**overrides, "precision": self.precision})
+
+    def save(self, checkpoint_dir: str) -> None:
+        tf.io.gfile.makedirs(checkpoint_dir)
+        with tf.io.gfile.GFile(os.path.join(checkpoint_dir, PLAN_FILE), "w") as f:
+            json.dump(dataclasses.asdict(self), f, indent=1)
+
+    @classmethod
+    def load(cls, checkpoint_dir: str) -> Plan | None:
+        path = os.path.join(checkpoint_dir, PLAN_FILE)
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path) as f:
+            return cls(**json.load(f))
+
+
+def seconds_per_step(model: keras.Model, batches: list) -> float:
+    """Mean seconds of one training step over `batches`, after a first pass that traces every
+    batch shape (tracing is paid once per training, not per step)."""
+    for inputs, labels in batches:
+        model.train_on_batch(inputs, labels)
+    start = time.perf_counter()
+    for inputs, labels in batches:
+        model.train_on_batch(inputs, labels)
+    return (time.perf_counter() - start) / len(batches)
+
+
+def _describe(hparams: HParams) -> str:
+    return (f"{hparams.num_layers}+{hparams.decoder_depth} layers, dropout "
+            f"{hparams.dropout_rate:g}, peak learning rate {peak_learning_rate(hparams):.1e}")
+
+
+def make_plan(hparams: HParams, probe: Callable[[HParams], float],
+              strategy: tf.distribute.Strategy, seconds_left: Callable[[], float]) -> Plan:
+    """The precision (auto: measured where it may pay, see devices.resolve_precision) and, under
+    a budget with adapt_recipe, the recipe for the steps the budget buys at this machine's
+    measured step time. `probe(hparams)` gives seconds per step; only the chief probes, and
+    every worker takes the chief's choice."""
+    chief = devices.writes_results(strategy)
+    precision, expected = hparams.precision, 0
+    if chief:
+        timed: dict[str, float] = {}
+
+        def bfloat16_speedup() -> float:
+            for name in ("float32", "mixed_bfloat16"):
+                timed[name] = probe(dataclasses.replace(hparams, precision=name))
+            return timed["float32"] / timed["mixed_bfloat16"]
+
+        precision, reason = devices.resolve_precision(hparams.precision,
+                                                      bfloat16_speedup=bfloat16_speedup)
+        _LOG.info("Training precision: %s (%s).", precision, reason)
+        if hparams.train_minutes and hparams.adapt_recipe:
+            step_seconds = timed.get(precision) or probe(
+                dataclasses.replace(hparams, precision=precision))
+            expected = max(int(seconds_left() / step_seconds), 1)
+            recipe = recipe_for_steps(hparams, expected)
+            _LOG.info(
+                "Training recipe: %s. The %g-minute budget buys about %s steps of the %d+%d-layer "
+                "model here (%.2f s per step), %s (BENCHMARKS.md, \"BLEU against training "
+                "time\").", _describe(dataclasses.replace(hparams, **recipe)),
+                hparams.train_minutes, f"{expected:,}", hparams.num_layers,
+                hparams.decoder_depth, step_seconds,
+                "past the steps where its BLEU flattens, so a deeper model with dropout "
+                "trains instead" if recipe else "too few for a deeper model to catch up")
+    precision = PRECISIONS[int(devices.chief_value(strategy, PRECISIONS.index(precision)))]
+    expected = int(devices.chief_value(strategy, expected))
+    if not chief:
+        _LOG.info("Training precision %s%s: the chief's choice.", precision,
+                  f" and the recipe for {expected:,} steps" if expected else "")
+    return Plan(precision=precision,
+                recipe=recipe_for_steps(hparams, expected) if expected else {})
+
+
+class TimeBudget:
+    """Decides the final step: the one at which training has used `seconds`, at the step rate
+    measured so far (after the first step, which traces), fixed just before the cooldown of that
+    many steps would begin. Time before `started` counts as `spent_before` (a resumed run)."""
+
+    def __init__(self, seconds: float, started: float, spent_before: float = 0.0,
+                 cooldown_fraction: float = 0.0) -> None:
+        self.seconds, self.started, self.spent_before = seconds, started, spent_before
+        self.cooldown_fraction = cooldown_fraction
+        self._rate_start: tuple[int, float] | None = None
+
+    def elapsed(self, now: float) -> float:
+        return self.spent_before + now - self.started
+
+    def estimate(self, step: int, now: float) -> int | None:
+        """The step at which the budget runs out at the rate so far (None: not measured yet)."""
+        if self._rate_start is None:
+            self._rate_start = (step, now)
+        first_step, first_time = self._rate_start
+        if step <= first_step:
+            return None
+        seconds_per_step = (now - first_time) / (step - first_step)
+        return step + max(int((self.seconds - self.elapsed(now)) / seconds_per_step), 0)
+
+    def decide(self, step: int, now: float, every: int = 1) -> int:
+        """The final step once it must be fixed (the cooldown would begin before the next
+        decision, `every` steps on, or the budget is used up), else 0. Never a step whose
+        cooldown would already have begun."""
+        estimate = self.estimate(step, now)
+        used_up = self.elapsed(now) >= self.seconds
+        if estimate is None and not used_up:
+            return 0
+        final = max(estimate or step, step)
+        if not used_up and step + every < final - cooldown_steps(
+                self.cooldown_fraction, final):
+            return 0
+        while final - cooldown_steps(self.cooldown_fraction, final) < step:
+            final += 1  # the rates so far had no cooldown: it must start after this step
+        return final
