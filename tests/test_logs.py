@@ -1,8 +1,89 @@
-"""The summary that ends a run (pipeline/run_summary.py), built from plain data. The summary
-of a real run is checked in test_pipeline_e2e.py."""
+"""The console log: library noise filtered unless -v (pipeline/logs.py), and the summary that
+ends a run (pipeline/run_summary.py). The summary of a real run is checked in
+test_pipeline_e2e.py."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
 from pipeline.run_summary import ComponentTime, RunFacts, Verdict, summary_lines
+
+# Each noise source called the way the pipeline calls it, in a fresh process with nmt's
+# logging (argv[1]: "-v" or ""), then lines that must always get through.
+NOISE_SCRIPT = r"""
+import os, sys
+import ml_metadata as mlmd
+import tensorflow as tf
+from apache_beam.io import tfrecordio
+from ml_metadata.proto import metadata_store_pb2
+from tensorflow_model_analysis.writers import metrics_plots_and_validations_writer as tfma_writer
+from tensorflow_transform import graph_tools
+from tfx.components.util import examples_utils
+from tfx.orchestration.portable.input_resolution import channel_resolver
+from tfx.proto.orchestration import pipeline_pb2
+from tfx.types import standard_artifacts
+from pipeline import logs
+
+logs.configure(verbose=sys.argv[1] == "-v")
+store = mlmd.MetadataStore(metadata_store_pb2.ConnectionConfig(
+    fake_database=metadata_store_pb2.FakeDatabaseConfig()))
+store.put_artifact_type(metadata_store_pb2.ArtifactType(name="Examples"))
+query = pipeline_pb2.InputSpec.Channel.ArtifactQuery()
+query.type.name = "Examples"
+channel_resolver._filter_by_artifact_query(store, [], query)
+# TFT's own warning function, with its text (the table analysis needs a traced TFT graph).
+graph_tools.InitializableGraphAnalyzer._log_warning(
+    None, "Tables initialized inside a tf.function  will be re-initialized on every "
+    "invocation of the function.: vocab/text_file_init/InitializeTableFromTextFileV2")
+examples_utils.get_payload_format(standard_artifacts.Examples())
+tfrecordio._default_crc32c_fn(b"record")  # python-snappy is not installed
+with tf.io.TFRecordWriter(sys.argv[2]) as writer:
+    writer.write(b"record")
+list(tfma_writer._raw_value_iterator([sys.argv[2]], "tfrecord"))
+# A deprecated function called by our own code (a code object of a file in pipeline/) stays.
+from tensorflow.python.util import deprecation
+old = deprecation.deprecated(None, "Use new.")(lambda: None)
+exec(compile("old()", os.path.join(os.getcwd(), "pipeline", "x.py"), "exec"))
+os.write(2, b'W0000 00:00:1795593451.192933    3130 op_level_cost_estimator.cc:699] Error in '
+            b'PredictCost() for the op: op: "Softmax" attr { key: "T" value { type: DT_FLOAT } }'
+            b' inputs { dtype: DT_FLOAT shape { unknown_rank: true } }\n')
+os.write(2, b"W0000 00:00:1795593451.2 3130 some_kernel.cc:1] another C++ warning\n")
+import logging
+logging.getLogger("absl").warning("Another TFX warning.")
+"""
+NOISE = {  # filter -> the line it drops
+    "channel_resolver": "ArtifactQuery.property_predicate is not supported.",
+    "tft tables": "Tables initialized inside a tf.function",
+    "payload_format": "Examples artifact does not have payload_format custom property.",
+    "snappy": "Couldn't find python-snappy",
+    "library deprecation": "tf_record_iterator (from tensorflow.python.lib.io.tf_record) is "
+                           "deprecated",
+    "grappler": 'Error in PredictCost() for the op: op: "Softmax"',
+}
+ALWAYS = ("pipeline/x.py:1: <lambda> (from __main__) is deprecated",
+          "another C++ warning", "WARNING Another TFX warning.")
+
+
+def run_noise_script(verbose: bool, tmp_path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", NOISE_SCRIPT, "-v" if verbose else "", str(tmp_path / "r.tfrecord")],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "verbose"])
+def test_each_noise_filter_drops_its_line_and_verbose_keeps_it(verbose, tmp_path):
+    log = run_noise_script(verbose, tmp_path)
+    for name, line in NOISE.items():
+        assert (line in log) == verbose, f"{name}: {line!r}\n{log[-3000:]}"
+    for line in ALWAYS:
+        assert line in log, log[-3000:]
 
 
 COMPONENTS = (ComponentTime("FraTxtExampleGen", "cached", 0.0),

@@ -22,6 +22,7 @@ import tensorflow_model_analysis as tfma
 from components.fra_example_gen.executor import read_split
 from helpers import (SMOKE_TRAIN_STEPS, checkpoint_steps, latest_artifact, nmt_translate,
                      open_store, serving_dir, versions)
+from test_logs import NOISE
 from trainer_module.task import HISTORY_FILE
 
 # The non-core ops the SavedModel may use: tensorflow-text ops that TF Serving 2.12 links in.
@@ -48,7 +49,7 @@ def run_summary(log: str) -> list[str]:
     return lines[start:]
 
 
-def test_the_run_ends_with_its_summary(smoke_run):
+def test_the_run_ends_with_its_summary_and_shows_no_library_noise(smoke_run):
     summary = run_summary(smoke_run.log)
     assert re.search(r"INFO Run summary: the pipeline took (\d+m )?\d+s\.$", summary[0])
     states = {}
@@ -71,6 +72,11 @@ def test_the_run_ends_with_its_summary(smoke_run):
     assert f"  Pushed: version {smoke_run.pushed_version} to {pushed_path(smoke_run)}" in summary
     assert summary[-1] == f'  Next: nmt translate --pipeline-root {shlex.quote(smoke_run.root)} ' \
                           '"Hello."'
+    # The killed run went through the data half and Transform, where most of the noise is.
+    assert "Component Transform is finished." in smoke_run.killed_log
+    for log in (smoke_run.killed_log, smoke_run.log):
+        for name, line in NOISE.items():
+            assert line not in log, name
 
 
 def test_killed_trainer_resumes_from_its_last_checkpoint(smoke_run):
