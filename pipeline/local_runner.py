@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import sys
 import time
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -88,6 +89,9 @@ def run(config: PipelineConfig, to_component: str | None = None) -> None:
             dependency_utils.make_beam_dependency_flags = list
         current = _CurrentComponent()
         logging.getLogger("absl").addHandler(current)
+        # TFX's Beam executors parse sys.argv with absl's flags (base_beam_executor.py), which
+        # would read nmt's -v as absl's --verbosity and fail: they get the program name only.
+        argv, sys.argv = sys.argv, sys.argv[:1]
         try:
             LocalDagRunner().run(build(config), run_options=run_options)
         except Exception as err:  # only a full disk is rephrased; anything else is a bug
@@ -98,6 +102,7 @@ def run(config: PipelineConfig, to_component: str | None = None) -> None:
                            "was published: free some space and run the same command again "
                            "(finished components are reused).") from err
         finally:
+            sys.argv = argv
             logging.getLogger("absl").removeHandler(current)
         stopped_at = None if to_component == _LAST_COMPONENT else to_component
         facts = run_summary.collect(config, time.monotonic() - started, stopped_at)

@@ -172,10 +172,14 @@ def fra_sample(fra_txt, tmp_path_factory) -> str:
 
 
 class NmtRun:
-    """`nmt run ARGS` in a fresh process: plain, on a "full disk", or measuring memory."""
+    """`nmt run ARGS` in a fresh process: plain, verbose, on a "full disk", or measuring
+    memory."""
 
     def __call__(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
         return run_nmt("run", *args, **kwargs)
+
+    def verbose(self, *args: str) -> subprocess.CompletedProcess:
+        return run_nmt("-v", "run", *args)
 
     def file_size_limit(self, limit_bytes: int, *args: str) -> subprocess.CompletedProcess:
         return run_nmt_with_file_size_limit(limit_bytes, "run", *args)

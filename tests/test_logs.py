@@ -86,6 +86,16 @@ def test_each_noise_filter_drops_its_line_and_verbose_keeps_it(verbose, tmp_path
         assert line in log, log[-3000:]
 
 
+def test_a_verbose_run_shows_the_library_warnings(nmt_pipeline, fra_sample, tmp_path):
+    """`nmt -v run` (TFX once read its -v as absl's --verbosity and failed)."""
+    result = nmt_pipeline.verbose("--data", fra_sample, "--pipeline-root", str(tmp_path),
+                                  "--profile", "smoke", "--to", "StatisticsGen")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("channel_resolver", "snappy"):  # those of ExampleGen and StatisticsGen
+        assert NOISE[name] in result.stderr, name
+    assert " INFO Run summary: " in result.stderr
+
+
 COMPONENTS = (ComponentTime("FraTxtExampleGen", "cached", 0.0),
               ComponentTime("Trainer", "executed", 1843.25),
               ComponentTime("Evaluator", "executed", 78.0),
