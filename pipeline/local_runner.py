@@ -106,4 +106,7 @@ def run(config: PipelineConfig, to_component: str | None = None) -> None:
             logging.getLogger("absl").removeHandler(current)
         stopped_at = None if to_component == _LAST_COMPONENT else to_component
         facts = run_summary.collect(config, time.monotonic() - started, stopped_at)
-        _LOG.info("\n".join(run_summary.summary_lines(facts)))
+        # A warning when the candidate was rejected: the run did not deliver a new model.
+        rejected = facts.verdict is not None and not facts.verdict.blessed
+        _LOG.log(logging.WARNING if rejected else logging.INFO,
+                 "\n".join(run_summary.summary_lines(facts)))

@@ -41,10 +41,10 @@ def pushed_path(run) -> str:
     return os.path.join(serving_dir(run.root), run.pushed_version)
 
 
-def run_summary(log: str) -> list[str]:
+def run_summary(log: str, level: str = "INFO") -> list[str]:
     """The summary that ends a run's log: its first line and the indented ones after it."""
     lines = log.rstrip("\n").splitlines()
-    start = max(i for i, line in enumerate(lines) if " INFO Run summary: " in line)
+    start = max(i for i, line in enumerate(lines) if f" {level} Run summary: " in line)
     assert all(line.startswith("  ") for line in lines[start + 1:]), lines[start:]
     return lines[start:]
 
@@ -231,7 +231,7 @@ def test_worse_candidate_is_not_blessed_and_not_pushed_and_the_log_says_why(smok
               for s in validation.metric_validations_per_slice for f in s.failures}
     assert failed and all(is_diff for _, is_diff in failed)  # change thresholds, not min BLEU
     assert failed <= {("corpus_bleu", True), ("corpus_chrf", True)}
-    summary = run_summary(result.stderr)
+    summary = run_summary(result.stderr, "WARNING")  # no new model: a warning
     verdict = next(line for line in summary if line.startswith("  Blessed: no: "))
     for name, _ in failed:
         assert re.search(rf"{name} changed by -[\d.]+ against the baseline", verdict), verdict
