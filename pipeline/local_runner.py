@@ -1,14 +1,17 @@
 """Runs the pipeline on this machine: LocalDagRunner, ML Metadata in SQLite.
 
 One run at a time per pipeline root (run_lock). A run that fails because the disk is full
-says so in one sentence; TFX has already removed the failed component's output. After a
-complete run whose candidate was not blessed, the log says which thresholds it missed.
+says so in one sentence; TFX has already removed the failed component's output. A run that
+completes ends with a summary (pipeline/run_summary.py): times per component, BLEU and chrF,
+the blessing (which thresholds a rejected model missed), the pushed version, what to do next.
 """
 from __future__ import annotations
 
 import errno
 import logging
 import os
+import sys
+import time
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from tfx.orchestration import metadata
@@ -16,11 +19,13 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.utils import dependency_utils
 
+from pipeline import run_summary
 from pipeline.config import PipelineConfig, pipeline_arguments
 from pipeline.pipeline import create_pipeline
 from pipeline.run_lock import RunError, pipeline_root_lock
 
 _LOG = logging.getLogger(__name__)
+_LAST_COMPONENT = "AtomicPusher"  # --to this one is a complete run
 _OUT_OF_SPACE = {errno.ENOSPC: "no space left on device",
                  errno.EFBIG: "file too large for the file-size limit",
                  errno.EDQUOT: "disk quota exceeded"}
@@ -67,7 +72,9 @@ class _CurrentComponent(logging.Handler):
 
 
 def run(config: PipelineConfig, to_component: str | None = None) -> None:
-    """Runs the components in order (up to `to_component` if given); unchanged ones are cached."""
+    """Runs the components in order (up to `to_component` if given); unchanged ones are cached.
+    Logs the run's summary at the end."""
+    started = time.monotonic()
     with pipeline_root_lock(config.pipeline_root):
         _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s)%s.",
                   config.pipeline_name, config.data_path, config.pipeline_root,
@@ -82,6 +89,9 @@ def run(config: PipelineConfig, to_component: str | None = None) -> None:
             dependency_utils.make_beam_dependency_flags = list
         current = _CurrentComponent()
         logging.getLogger("absl").addHandler(current)
+        # TFX's Beam executors parse sys.argv with absl's flags (base_beam_executor.py), which
+        # would read nmt's -v as absl's --verbosity and fail: they get the program name only.
+        argv, sys.argv = sys.argv, sys.argv[:1]
         try:
             LocalDagRunner().run(build(config), run_options=run_options)
         except Exception as err:  # only a full disk is rephrased; anything else is a bug
@@ -92,45 +102,11 @@ def run(config: PipelineConfig, to_component: str | None = None) -> None:
                            "was published: free some space and run the same command again "
                            "(finished components are reused).") from err
         finally:
+            sys.argv = argv
             logging.getLogger("absl").removeHandler(current)
-        if to_component in (None, "Evaluator", "AtomicPusher"):
-            log_evaluator_verdict(config.metadata_path)
-
-
-def log_evaluator_verdict(metadata_path: str) -> None:
-    """Says why the Evaluator did not bless the latest candidate: the failed thresholds."""
-    import ml_metadata as mlmd  # only after a complete run
-    import tensorflow_model_analysis as tfma
-    from ml_metadata.proto import metadata_store_pb2
-
-    connection = metadata_store_pb2.ConnectionConfig()
-    connection.sqlite.filename_uri = metadata_path
-    store = mlmd.MetadataStore(connection)
-    blessings = store.get_artifacts_by_type("ModelBlessing")
-    if not blessings:
-        return
-    blessing = max(blessings, key=lambda a: a.id)
-    if blessing.custom_properties["blessed"].int_value:
-        return
-    # The Evaluator's execution wrote both (a cached one re-publishes them later; the Pusher
-    # reads the blessing): the first execution with the blessing as output.
-    execution_id = min(e.execution_id for e in store.get_events_by_artifact_ids([blessing.id])
-                       if e.type == metadata_store_pb2.Event.OUTPUT)
-    evaluation = next(a for a in store.get_artifacts_by_id(
-        [e.artifact_id for e in store.get_events_by_execution_ids([execution_id])])
-        if a.type == "ModelEvaluation")
-    _LOG.warning("The Evaluator did not bless the candidate model: %s.",
-                 "; ".join(describe_failures(tfma.load_validation_result(evaluation.uri))))
-
-
-def describe_failures(result) -> list[str]:
-    """One phrase per failed threshold of a TFMA ValidationResult."""
-    phrases = []
-    for per_slice in result.metric_validations_per_slice:
-        for failure in per_slice.failures:
-            key = failure.metric_key
-            value = failure.metric_value.double_value.value
-            what = (f"{key.name} changed by {value:+.3f} against the baseline"
-                    if key.is_diff else f"{key.name} is {value:.3f}")
-            phrases.append(f"{what} ({failure.message.strip() or 'threshold not met'})")
-    return phrases or ["no threshold failed (see the validation result)"]
+        stopped_at = None if to_component == _LAST_COMPONENT else to_component
+        facts = run_summary.collect(config, time.monotonic() - started, stopped_at)
+        # A warning when the candidate was rejected: the run did not deliver a new model.
+        rejected = facts.verdict is not None and not facts.verdict.blessed
+        _LOG.log(logging.WARNING if rejected else logging.INFO,
+                 "\n".join(run_summary.summary_lines(facts)))

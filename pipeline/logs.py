@@ -2,15 +2,24 @@
 
 TFX, Beam and TF log hundreds of INFO lines per component (protos, deployment configs).
 By default we show our own INFO lines, TFX's component start/finish/cache lines, and every
-warning; `--verbose` shows everything.
+warning except the known library ones below that a user can do nothing about; `--verbose`
+shows everything.
 """
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import logging
+import os
 import re
+import subprocess
+import sys
 
 _OUR_PACKAGES = ("pipeline", "components", "trainer_module")
 _TFX_PROGRESS = re.compile(r"^(Component .* is (running|finished)|A cached execution)")
+# The libraries that run the components: we call them, they call TensorFlow.
+_LIBRARIES = ("tfx", "tfx_bsl", "tensorflow_transform", "tensorflow_model_analysis",
+              "tensorflow_data_validation", "apache_beam")
 
 
 class _ProgressFilter(logging.Filter):
@@ -22,11 +31,135 @@ class _ProgressFilter(logging.Filter):
         return bool(_TFX_PROGRESS.match(str(record.msg)))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Noise:
+    """One library warning: the logger it goes to, the file that logs it, how it starts."""
+    logger: str
+    source: str  # path of the logging module, from its package directory on
+    message: str
+
+
+_KNOWN_NOISE = (
+    # TFX 1.16 tfx/orchestration/portable/input_resolution/channel_resolver.py tests
+    # `if artifact_query.property_predicate:`, and an unset protobuf message field is truthy,
+    # so it warns once for every input channel of every component (its ContextQuery check
+    # uses HasField). Nothing in this pipeline sets a predicate.
+    _Noise("absl", "tfx/orchestration/portable/input_resolution/channel_resolver.py",
+           "ArtifactQuery.property_predicate is not supported."),
+    # tf.Transform's graph analysis (tensorflow_transform/graph_tools.py) traces every
+    # preprocessing_fn in a tf.function under TF2 and so warns about each vocabulary lookup
+    # table; the tables are TFT's own (tensorflow/transform#284 shows the same lines for
+    # tft.compute_and_apply_vocabulary), not something the preprocessing code can lift.
+    _Noise("absl", "tensorflow_transform/graph_tools.py",
+           "Tables initialized inside a tf.function"),
+    # TFX 1.16's Transform writes transformed_examples without the payload_format custom
+    # property; tfx/components/util/examples_utils.py then assumes FORMAT_TF_EXAMPLE, which is
+    # what Transform wrote. Nothing to fix on our side.
+    _Noise("absl", "tfx/components/util/examples_utils.py",
+           "Examples artifact does not have payload_format custom property."),
+    # Beam 2.59 (pinned by TFX 1.16) computes TFRecord checksums with python-snappy < 0.7 only
+    # (apache/beam#33407); the google-crc32c it now prefers came in a later Beam
+    # (apache/beam#34226). Our TFRecords are a few MB, so the slower checksum costs nothing.
+    _Noise("apache_beam.io.tfrecordio", "apache_beam/io/tfrecordio.py",
+           "Couldn't find python-snappy"),
+)
+
+
+class _KnownNoiseFilter(logging.Filter):
+    """Drops the `_KNOWN_NOISE` warnings of one logger."""
+
+    def __init__(self, logger: str) -> None:
+        super().__init__()
+        self.noise = [n for n in _KNOWN_NOISE if n.logger == logger]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        path = record.pathname.replace(os.sep, "/")
+        return not any(path.endswith(n.source) and record.getMessage().startswith(n.message)
+                       for n in self.noise)
+
+
+class _LibraryDeprecationFilter(logging.Filter):
+    """Drops TensorFlow's "From FILE:LINE: NAME is deprecated" notices about calls made inside
+    the libraries that run the components (TFMA 0.47 still reads its results with
+    tf_record_iterator, for one): only their maintainers can change the call. Others stay,
+    our own code's among them (TF names its dispatch wrapper as the caller of many ops)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (str(record.msg).startswith("From %s: ") and record.args
+                and "deprecated" in str(record.msg)):
+            return True
+        call_site = str(record.args[0]).replace(os.sep, "/")
+        return not any(f"/{library}/" in call_site for library in _LIBRARIES)
+
+
+_LOGGER_FILTERS = {
+    **{logger: _KnownNoiseFilter(logger) for logger in {n.logger for n in _KNOWN_NOISE}},
+    "tensorflow": _LibraryDeprecationFilter(),
+}
+
+# Lines that TensorFlow's C++ code writes to file descriptor 2 itself: absl logging before
+# anything calls absl::InitializeLog() ignores TF_CPP_MIN_LOG_LEVEL
+# (tensorflow/tensorflow#100442), so only the bytes can be filtered.
+_NATIVE_NOISE = re.compile(
+    # Grappler cannot estimate the cost of a Softmax whose input rank is unknown (the
+    # attention weights of a SavedModel's functions) and prints the op as a protobuf line
+    # each time it optimizes one, e.g. when the Evaluator loads the model; the graph runs
+    # the same (tensorflow/tensorflow#50575, closed without a fix).
+    rb'op_level_cost_estimator\.cc:\d+\] Error in PredictCost\(\) for the op: op: "Softmax"'
+    # absl's note that precedes the first such line; it says nothing about the run.
+    rb"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+    rb"STDERR")
+# Runs in a child process, so that a crash of `nmt` (a C++ abort, a kill) loses nothing it
+# wrote: the child forwards every other line until the last writer closes the pipe.
+_FORWARD_STDERR = """
+import re, sys
+noise = re.compile(sys.argv[1].encode("latin-1"))
+for line in sys.stdin.buffer:
+    if not noise.search(line):
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+"""
+_native_filter: subprocess.Popen | None = None
+
+
+def _filter_native_stderr() -> None:
+    """Routes file descriptor 2 (Python's stderr and C++ logs alike) through a child process
+    that drops `_NATIVE_NOISE` lines; at exit, waits for it to write the last lines."""
+    global _native_filter
+    if _native_filter is not None:
+        return
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    read_end, write_end = os.pipe()
+    # A session of its own: Ctrl-C interrupts `nmt`, whose last words the child must forward.
+    _native_filter = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _FORWARD_STDERR,
+         _NATIVE_NOISE.pattern.decode("latin-1")],
+        stdin=read_end, stdout=terminal, start_new_session=True)
+    os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)  # closes our end of the pipe: the child sees its end
+        os.close(terminal)
+        try:
+            _native_filter.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a process we started still holds the pipe
+            pass
+
+    atexit.register(restore)
+
+
 def configure(verbose: bool = False) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     if not verbose:
         handler.addFilter(_ProgressFilter())
+        for name, noise_filter in _LOGGER_FILTERS.items():
+            logging.getLogger(name).addFilter(noise_filter)
+        _filter_native_stderr()
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     # TFX reports progress through absl's logger, whose level tf.saved_model.save (run by
     # Transform and Trainer) raises to WARNING as a side effect: pin it at INFO.

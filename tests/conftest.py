@@ -28,7 +28,7 @@ EXTERNAL_TESTS = {"test_report_renders_in_headless_chromium",
                   "test_kfp_store_in_mysql_read_by_the_cli",
                   "test_local_store_copied_into_mysql_gives_the_same_answers"}
 MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
-                  "test_distributed": "distributed"}
+                  "test_distributed": "distributed", "test_logs": "logs"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
 SLOW_FIXTURES = {"overfit"}
 # `make test` runs on two pytest-xdist workers, and each worker builds its own session- and
@@ -172,10 +172,14 @@ def fra_sample(fra_txt, tmp_path_factory) -> str:
 
 
 class NmtRun:
-    """`nmt run ARGS` in a fresh process: plain, on a "full disk", or measuring memory."""
+    """`nmt run ARGS` in a fresh process: plain, verbose, on a "full disk", or measuring
+    memory."""
 
     def __call__(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
         return run_nmt("run", *args, **kwargs)
+
+    def verbose(self, *args: str) -> subprocess.CompletedProcess:
+        return run_nmt("-v", "run", *args)
 
     def file_size_limit(self, limit_bytes: int, *args: str) -> subprocess.CompletedProcess:
         return run_nmt_with_file_size_limit(limit_bytes, "run", *args)

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import tensorflow_model_analysis as tfma
 from components.fra_example_gen.executor import read_split
 from helpers import (SMOKE_TRAIN_STEPS, checkpoint_steps, latest_artifact, nmt_translate,
                      open_store, serving_dir, versions)
+from test_logs import NOISE
 from trainer_module.task import HISTORY_FILE
 
 # The non-core ops the SavedModel may use: tensorflow-text ops that TF Serving 2.12 links in.
@@ -37,6 +39,44 @@ TF_SERVING_2_12_TEXT_OPS = {
 
 def pushed_path(run) -> str:
     return os.path.join(serving_dir(run.root), run.pushed_version)
+
+
+def run_summary(log: str, level: str = "INFO") -> list[str]:
+    """The summary that ends a run's log: its first line and the indented ones after it."""
+    lines = log.rstrip("\n").splitlines()
+    start = max(i for i, line in enumerate(lines) if f" {level} Run summary: " in line)
+    assert all(line.startswith("  ") for line in lines[start + 1:]), lines[start:]
+    return lines[start:]
+
+
+def test_the_run_ends_with_its_summary_and_shows_no_library_noise(smoke_run):
+    summary = run_summary(smoke_run.log)
+    assert re.search(r"INFO Run summary: the pipeline took (\d+m )?\d+s\.$", summary[0])
+    states = {}
+    for line in summary[1:]:
+        if found := re.fullmatch(r"  (\S+) +(\d+\.\d) s  (executed|cached)", line):
+            states[found[1]] = found[3]
+    # The resumed run: the data half was finished by the killed run, training was not.
+    assert states.pop("latest_blessed_model_resolver") in ("executed", "cached")
+    assert states == {"FraTxtExampleGen": "cached", "ImportSchemaGen": "cached",
+                      "StatisticsGen": "cached",
+                      "StrictExampleValidator": "cached", "Transform": "cached",
+                      "Trainer": "executed", "Evaluator": "executed",
+                      "AtomicPusher": "executed"}
+    overall = {key: values[""][""] for key, values in tfma.load_eval_result(
+        smoke_run.evaluation_uri).slicing_metrics}[()]
+    assert (f"  Evaluation (eval split): BLEU {overall['corpus_bleu']['doubleValue']:.2f}, "
+            f"chrF {overall['corpus_chrf']['doubleValue']:.2f}") in summary
+    assert "  Blessed: yes: BLEU >= 0 (the first model: there is no blessed one to compare " \
+           "with)" in summary
+    assert f"  Pushed: version {smoke_run.pushed_version} to {pushed_path(smoke_run)}" in summary
+    assert summary[-1] == f'  Next: nmt translate --pipeline-root {shlex.quote(smoke_run.root)} ' \
+                          '"Hello."'
+    # The killed run went through the data half and Transform, where most of the noise is.
+    assert "Component Transform is finished." in smoke_run.killed_log
+    for log in (smoke_run.killed_log, smoke_run.log):
+        for name, line in NOISE.items():
+            assert line not in log, name
 
 
 def test_killed_trainer_resumes_from_its_last_checkpoint(smoke_run):
@@ -191,10 +231,13 @@ def test_worse_candidate_is_not_blessed_and_not_pushed_and_the_log_says_why(smok
               for s in validation.metric_validations_per_slice for f in s.failures}
     assert failed and all(is_diff for _, is_diff in failed)  # change thresholds, not min BLEU
     assert failed <= {("corpus_bleu", True), ("corpus_chrf", True)}
-    verdict = next(line for line in result.stderr.splitlines()
-                   if "The Evaluator did not bless the candidate model: " in line)
+    summary = run_summary(result.stderr, "WARNING")  # no new model: a warning
+    verdict = next(line for line in summary if line.startswith("  Blessed: no: "))
     for name, _ in failed:
         assert re.search(rf"{name} changed by -[\d.]+ against the baseline", verdict), verdict
+    assert "  Pushed: not pushed" in summary
+    assert summary[-1] == (f"  Next: nmt report --pipeline-root {shlex.quote(root)}  (this "
+                           "run's metrics next to the previous ones)")
 
 
 def test_serving_needs_only_core_ops_and_tf_servings_text_ops(smoke_run):

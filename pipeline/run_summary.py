@@ -1,0 +1,147 @@
+"""The few lines that end `nmt run`: what ran and how long, how good the model is, whether it
+was blessed (and if not, which thresholds it missed), where it was pushed, what to do next.
+
+`summary_lines` builds them from plain data (`RunFacts`); `collect` reads that data from ML
+Metadata (pipeline.metadata) after a run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+from pipeline import metadata
+from pipeline.config import PIPELINE_NAME, PipelineConfig, default_pipeline_root
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentTime:
+    name: str
+    state: str  # executed, cached (metadata's component states)
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The Evaluator's judgement of this run's candidate model."""
+    bleu: float
+    chrf: float
+    blessed: bool
+    min_bleu: float
+    max_metric_drop: float
+    baseline_model: int | None  # the latest blessed model it was compared with
+    failures: tuple[str, ...] = ()  # one phrase per failed threshold
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    wall_seconds: float
+    components: tuple[ComponentTime, ...]
+    pipeline_root: str | None = None  # None: the default, which `nmt` finds without a flag
+    pipeline_name: str | None = None  # None: the default one
+    to_component: str | None = None  # where --to stopped the run (not at its last component)
+    verdict: Verdict | None = None  # None: the Evaluator did not run
+    pushed_version: str | None = None
+    pushed_path: str | None = None
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def _blessing(verdict: Verdict) -> str:
+    if not verdict.blessed:
+        return "no: " + "; ".join(verdict.failures)
+    if verdict.baseline_model is None:
+        return (f"yes: BLEU >= {verdict.min_bleu:g} (the first model: there is no blessed "
+                "one to compare with)")
+    return (f"yes: BLEU >= {verdict.min_bleu:g}, and neither BLEU nor chrF more than "
+            f"{verdict.max_metric_drop:g} below the latest blessed model "
+            f"(model {verdict.baseline_model})")
+
+
+def _flags(**values: str | None) -> str:
+    """` --pipeline-root /r` for pipeline_root="/r"; nothing for None."""
+    return "".join(f" --{name.replace('_', '-')} {shlex.quote(value)}"
+                   for name, value in values.items() if value is not None)
+
+
+def _next_command(facts: RunFacts) -> str:
+    if facts.to_component:
+        return (f"the same `nmt run` without --to {facts.to_component} goes on from here "
+                "(finished components are cached)")
+    if facts.pushed_version:
+        flags = _flags(pipeline_root=facts.pipeline_root, pipeline_name=facts.pipeline_name)
+        return f'nmt translate{flags} "Hello."'
+    return (f"nmt report{_flags(pipeline_root=facts.pipeline_root)}  (this run's metrics "
+            "next to the previous ones)")
+
+
+def summary_lines(facts: RunFacts) -> list[str]:
+    """The summary, one line each: times per component, BLEU/chrF, blessing, push, next."""
+    stopped = f", stopped after {facts.to_component} (--to)" if facts.to_component else ""
+    lines = [f"Run summary: the pipeline took {_duration(facts.wall_seconds)}{stopped}."]
+    width = max((len(c.name) for c in facts.components), default=0)
+    lines += [f"  {c.name:<{width}}  {c.seconds:7.1f} s  {c.state}" for c in facts.components]
+    if facts.verdict:
+        verdict = facts.verdict
+        lines.append(f"  Evaluation (eval split): BLEU {verdict.bleu:.2f}, chrF {verdict.chrf:.2f}")
+        lines.append(f"  Blessed: {_blessing(verdict)}")
+    if not facts.to_component:
+        lines.append(f"  Pushed: version {facts.pushed_version} to {facts.pushed_path}"
+                     if facts.pushed_version else "  Pushed: not pushed")
+    lines.append(f"  Next: {_next_command(facts)}")
+    return lines
+
+
+def failed_thresholds(result) -> list[str]:
+    """One phrase per failed threshold of a TFMA ValidationResult."""
+    phrases = []
+    for per_slice in result.metric_validations_per_slice:
+        for failure in per_slice.failures:
+            key = failure.metric_key
+            value = failure.metric_value.double_value.value
+            what = (f"{key.name} changed by {value:+.3f} against the baseline"
+                    if key.is_diff else f"{key.name} is {value:.3f}")
+            phrases.append(f"{what} ({failure.message.strip() or 'threshold not met'})")
+    return phrases or ["no threshold failed (see the validation result)"]
+
+
+def _verdict(store, run: str, config: PipelineConfig) -> Verdict | None:
+    blessings = metadata.list_artifacts(store, "ModelBlessing", run_id=run)
+    if not blessings:
+        return None
+    judged = blessings[0]["properties"]
+    failures: tuple[str, ...] = ()
+    if not judged["blessed"]:
+        import tensorflow_model_analysis as tfma  # slow to import: only for a rejected model
+
+        evaluation = next(a for a in metadata.list_artifacts(store, "ModelEvaluation",
+                                                             run_id=run)
+                          if a["id"] == judged["evaluation"])
+        failures = tuple(failed_thresholds(tfma.load_validation_result(evaluation["uri"])))
+    return Verdict(bleu=judged["bleu"], chrf=judged["chrf"], blessed=judged["blessed"],
+                   min_bleu=config.bleu_threshold, max_metric_drop=config.max_metric_drop,
+                   baseline_model=judged["baseline_model"], failures=failures)
+
+
+def collect(config: PipelineConfig, wall_seconds: float,
+            to_component: str | None = None) -> RunFacts:
+    """The facts of the newest run in the pipeline root's store (the one that just ended)."""
+    store = metadata.connect(metadata.sqlite_config(config.metadata_path))
+    run = metadata.get_run(store)
+    components = tuple(ComponentTime(c["component"], c["state"], c["duration_s"] or 0.0)
+                       for c in run["components"])
+    names = {c.name for c in components}
+    verdict = _verdict(store, run["run"], config) if "Evaluator" in names else None
+    pushes = (metadata.list_artifacts(store, "PushedModel", run_id=run["run"])
+              if "AtomicPusher" in names else [])
+    pushed = next((p["properties"] for p in pushes if p["properties"]["pushed"]), {})
+    return RunFacts(wall_seconds=wall_seconds, components=components,
+                    pipeline_root=(None if config.pipeline_root == default_pipeline_root()
+                                   else config.pipeline_root),
+                    pipeline_name=(None if config.pipeline_name == PIPELINE_NAME
+                                   else config.pipeline_name),
+                    to_component=to_component,
+                    verdict=verdict, pushed_version=pushed.get("version"),
+                    pushed_path=pushed.get("destination"))
