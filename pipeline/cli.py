@@ -9,9 +9,8 @@ import sys
 if not {"-v", "--verbose"} & set(sys.argv[1:]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Also before TF loads: TensorFlow turns its oneDNN CPU kernels on by itself only on CPUs with
-# AVX512-VNNI, bfloat16 or AMX units. On an AVX2-only CPU they train the `cpu` profile 1.6x
-# faster than its default Eigen kernels (BENCHMARKS.md, "oneDNN kernels");
-# TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen. The image sets the same for the compiled pipeline.
+# AVX512-VNNI, bfloat16 or AMX units, yet they train faster than its default Eigen kernels on
+# AVX2-only CPUs too (BENCHMARKS.md, "oneDNN kernels"); TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen. The image sets the same for the compiled pipeline.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import argparse
@@ -25,9 +24,8 @@ from components.fra_example_gen import parser
 from pipeline import data_source, logs, run_lock
 from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.metadata_cli import add_metadata_parser, add_report_parser
+from pipeline.training_flags import add_training_flags, positive_int, training_config
 from pipeline.translate import TranslateError
-from trainer_module import hparams as hparams_lib
-from trainer_module.hparams import PRECISIONS
 from trainer_module.tokens import DEFAULT_TOKENIZER, TOKENIZERS
 
 
@@ -39,12 +37,6 @@ def _split_percentages(text: str) -> tuple[int, int, int]:
     if len(parts) != 3:
         raise argparse.ArgumentTypeError(f"expected three numbers (train,eval,test), got {text!r}")
     return parts
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return int(text)
 
 
 def _add_run_parser(subparsers) -> None:
@@ -61,10 +53,7 @@ def _add_run_parser(subparsers) -> None:
     run.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
                      help="Beam pipeline argument, repeatable (default: "
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
-    run.add_argument("--profile", default="cpu", choices=sorted(config_lib.MIN_BLEU),
-                     help="model/training profile: smoke (seconds, CI), cpu (default: 30 "
-                          "minutes), cpu_2h (two hours), base (the paper's base model, for a "
-                          "GPU), seeds (the old recipe, for comparison)")
+    add_training_flags(run)
     run.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, choices=TOKENIZERS,
                      help="wordpiece: subwords learned by Transform (default); word: whole "
                           "words, rare ones become [UNK] (the seeds')")
@@ -84,30 +73,10 @@ def _add_run_parser(subparsers) -> None:
                      action=argparse.BooleanOptionalAction, default=defaults.joint_vocabulary,
                      help="one vocabulary for English and French (--vocab-size pieces in all), "
                           "source/target/output embeddings tied")
-    run.add_argument("--wordpiece-min-count", type=_positive_int,
+    run.add_argument("--wordpiece-min-count", type=positive_int,
                      default=defaults.wordpiece_min_count,
                      help="the WordPiece learner keeps no piece seen fewer times (default "
                           f"{defaults.wordpiece_min_count})")
-    budget = run.add_mutually_exclusive_group()
-    budget.add_argument("--train-minutes", type=float, default=None,
-                        help="train for as many steps as this machine does in this many "
-                             "minutes, with the recipe they afford (default: the profile's; "
-                             "cpu: 30)")
-    budget.add_argument("--train-steps", type=_positive_int, default=None,
-                        help="train exactly this many steps, no time budget (the end of a "
-                             "budgeted run's log prints the flags that repeat it)")
-    run.add_argument("--hparam", dest="hparams", action="append", type=_hparam, default=[],
-                     metavar="NAME=VALUE",
-                     help="override one hyperparameter of the profile, repeatable, e.g. "
-                          "--hparam ema_momentum=0.995 --hparam shuffle_pairs=200000")
-    run.add_argument("--precision", choices=PRECISIONS, default=None,
-                     help="training precision (default: the profile's); auto: mixed_float16 "
-                          "on GPUs, mixed_bfloat16 on CPUs with AMX/AVX512-BF16 where a short "
-                          "probe finds it faster, else float32. "
-                          "The exported model is float32 whatever trained it")
-    run.add_argument("--min-bleu", type=float, default=None,
-                     help="bless only models with at least this BLEU (default per profile: "
-                          + ", ".join(f"{k} {v}" for k, v in config_lib.MIN_BLEU.items()) + ")")
     run.add_argument("--max-metric-drop", type=float, default=config_lib.DEFAULT_MAX_METRIC_DROP,
                      help="bless only if BLEU and chrF are at most this many points below the "
                           "latest blessed model")
@@ -115,13 +84,6 @@ def _add_run_parser(subparsers) -> None:
     run.add_argument("--to", dest="to_component", metavar="COMPONENT",
                      help="stop after this component, e.g. StrictExampleValidator")
     run.set_defaults(handler=_run)
-
-
-def _hparam(text: str) -> tuple[str, object]:
-    try:
-        return hparams_lib.parse_override(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -132,9 +94,7 @@ def _run(args: argparse.Namespace) -> int:
     config = config_lib.PipelineConfig(
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
-        profile=args.profile, train_steps=args.train_steps, precision=args.precision,
-        hparams=dict(args.hparams), min_bleu=args.min_bleu,
-        tokenizer=args.tokenizer, vocab_size=args.vocab_size, train_minutes=args.train_minutes,
+        **training_config(args), tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         whole_numbers=args.whole_numbers, split_elisions=args.split_elisions,
         joint_vocabulary=args.joint_vocabulary, wordpiece_min_count=args.wordpiece_min_count,
         max_metric_drop=args.max_metric_drop,

@@ -8,21 +8,24 @@ from typing import Any
 from components.fra_example_gen import parser
 from pipeline.code_version import code_version
 from schemas import SCHEMA_FILE
-from trainer_module.tokens import (DEFAULT_JOINT_VOCABULARY, DEFAULT_SPLIT_ELISIONS,
+from trainer_module.settings import TrainerSettings
+from trainer_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_VOCABULARY,
+                                   DEFAULT_SPLIT_ELISIONS, DEFAULT_VOCAB_SIZE,
                                    DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
                                    DEFAULT_WORDPIECE_MIN_COUNT)
 
 PIPELINE_NAME = "nmt-fra-eng"
+# Each component's entry module (its code fingerprint starts there: pipeline/code_version.py).
+TRANSFORM_MODULE = "trainer_module.preprocessing"
+TRAINER_MODULE = "trainer_module.task"
 PIPELINE_ROOT_ENV = "NMT_PIPELINE_ROOT"
 # In-process Beam is the fastest on a small machine; pass --beam-arg to go elsewhere
 # (e.g. --runner=DataflowRunner, FlinkRunner, SparkRunner, --direct_num_workers=0).
 DEFAULT_BEAM_ARGS = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
 
 
-# The Evaluator blesses a model with at least this corpus BLEU on the eval split (per profile;
-# the smoke model learns too little for BLEU to mean anything).
-MIN_BLEU = {"smoke": 0.0, "cpu": 10.0, "cpu_2h": 10.0, "base": 25.0, "seeds": 0.0}
-# ... and no more than this many BLEU/chrF points below the latest blessed model.
+# The Evaluator blesses a model with at least its profile's BLEU (HParams.min_bleu), and no
+# more than this many BLEU/chrF points below the latest blessed model.
 DEFAULT_MAX_METRIC_DROP = 1.0
 
 
@@ -39,10 +42,10 @@ class PipelineConfig:
     schema_file: str = SCHEMA_FILE
     split_percentages: tuple[int, int, int] = (80, 10, 10)
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
-    profile: str = "cpu"  # hyperparameters by name: smoke (CI), cpu, cpu_2h, base (GPU)
+    profile: str = "cpu"  # hyperparameters by name: trainer_module.hparams.PROFILES
     tokenizer: str = DEFAULT_TOKENIZER  # "wordpiece" (subwords) or "word" (the seeds')
-    vocab_size: int = 8000  # pieces (or words) per language, plus 4 reserved tokens
-    vocab_frequency_threshold: int = 2  # word tokenizer: rarer words become [UNK]
+    vocab_size: int = DEFAULT_VOCAB_SIZE  # pieces (or words) per language
+    vocab_frequency_threshold: int = DEFAULT_FREQUENCY_THRESHOLD  # word tokenizer only
     whole_numbers: bool = DEFAULT_WHOLE_NUMBERS  # 3,50 / 5:30 stay one word (else "3, 50")
     split_elisions: bool = DEFAULT_SPLIT_ELISIONS  # French l'homme -> l' homme
     joint_vocabulary: bool = DEFAULT_JOINT_VOCABULARY  # one vocabulary, tied embeddings
@@ -51,7 +54,7 @@ class PipelineConfig:
     train_minutes: float | None = None  # time budget (None: the profile's)
     precision: str | None = None  # None: the profile's (hparams.PRECISIONS)
     hparams: dict[str, Any] = dataclasses.field(default_factory=dict)  # profile overrides
-    min_bleu: float | None = None  # None: MIN_BLEU[profile]
+    min_bleu: float | None = None  # None: the profile's
     max_metric_drop: float = DEFAULT_MAX_METRIC_DROP
     beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
     enable_cache: bool = True
@@ -81,16 +84,19 @@ class PipelineConfig:
         return os.path.join(self.pipeline_root, "serving", self.pipeline_name)
 
     @property
-    def bleu_threshold(self) -> float:
-        return MIN_BLEU[self.profile] if self.min_bleu is None else self.min_bleu
+    def trainer_settings(self) -> TrainerSettings:
+        """The Trainer's custom_config; the Evaluator's threshold is bound to its profile."""
+        return TrainerSettings(
+            profile=self.profile, train_minutes=self.train_minutes, precision=self.precision,
+            hparams=dict(self.hparams), min_bleu=self.min_bleu, gate_profile=self.profile,
+            checkpoint_root=self.checkpoint_root, code_version=code_version(TRAINER_MODULE))
 
 
 def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
     """create_pipeline's arguments for a config: the one list every runner starts from."""
     from tfx.proto import trainer_pb2  # heavy: not for `nmt metadata` and friends
 
-    from pipeline.pipeline import TRAINER_MODULE, TRANSFORM_MODULE
-
+    trainer = config.trainer_settings
     return dict(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
@@ -107,11 +113,8 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
                           "wordpiece_min_count": config.wordpiece_min_count,
                           "code_version": code_version(TRANSFORM_MODULE)},
         train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
-        trainer_config={"profile": config.profile, "checkpoint_root": config.checkpoint_root,
-                        "train_minutes": config.train_minutes,
-                        "precision": config.precision, "hparams": config.hparams,
-                        "code_version": code_version(TRAINER_MODULE)},
-        min_bleu=config.bleu_threshold,
+        trainer_config=trainer.to_config(),
+        min_bleu=trainer.bleu_threshold,
         max_metric_drop=config.max_metric_drop,
         serving_dir=config.serving_dir,
         beam_pipeline_args=config.beam_pipeline_args,

@@ -22,6 +22,8 @@ import urllib3
 import yaml
 from kfp.client import ServiceAccountTokenVolumeCredentials
 
+from trainer_module.settings import SettingsError, TrainerSettings
+
 # Runtime parameter types TFX compiles (RuntimeParameter ptype str, int, float).
 _PARAMETER_TYPES = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float}
 
@@ -129,8 +131,10 @@ def parameter_values(package: Package, assignments: Sequence[str]) -> dict[str, 
     """NAME=VALUE strings typed as the pipeline declares them (KFP rejects "5" for an int).
 
     A parameter whose compiled default is a JSON object (train_args, trainer_config) takes a
-    JSON object that is merged over that default: trainer_config='{"profile": "base"}' keeps
-    the compiled checkpoint_root and code_version instead of dropping them.
+    JSON object that is merged over that default: trainer_config='{"train_minutes": 60}' keeps
+    the compiled checkpoint_root and code_version instead of dropping them. A trainer_config
+    must be valid Trainer settings, and may not switch the profile away from the one whose
+    BLEU threshold the Evaluator was compiled with.
     """
     values = {}
     for assignment in assignments:
@@ -152,6 +156,11 @@ def parameter_values(package: Package, assignments: Sequence[str]) -> dict[str, 
                 raise KfpError(f"--param {name} expects a JSON object, e.g. "
                                f"{json.dumps(dict(list(default.items())[:1]))}, got {text!r}")
             values[name] = json.dumps({**default, **override}, sort_keys=True)
+    if "trainer_config" in values:  # refused now, not an hour into the run
+        try:
+            TrainerSettings.from_config(json.loads(values["trainer_config"]))
+        except SettingsError as err:
+            raise KfpError(f"--param trainer_config: {err}") from None
     return values
 
 
@@ -161,7 +170,7 @@ def submit(endpoint: Endpoint, package: Package, experiment: str, params: Mappin
     client, pipeline_id, version_id, experiment_id = _prepare(endpoint, package, experiment)
     with _kfp_call(endpoint, "the run"):
         run = client.run_pipeline(
-            experiment_id, run_name or f"{package.name} {_now():%Y-%m-%d %H:%M:%S}",
+            experiment_id, run_name or default_run_name(package),
             params=dict(params), pipeline_id=pipeline_id, version_id=version_id,
             pipeline_root=pipeline_root)
     return Started(run.run_id, endpoint.link(f"runs/details/{run.run_id}"), pipeline_id,
@@ -190,6 +199,11 @@ def schedule(endpoint: Endpoint, package: Package, experiment: str, params: Mapp
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
+
+
+def default_run_name(package: Package) -> str:
+    """'<pipeline name> <UTC time>', as KFP and Vertex AI runs are named unless told."""
+    return f"{package.name} {_now():%Y-%m-%d %H:%M:%S}"
 
 
 def _prepare(endpoint: Endpoint, package: Package,

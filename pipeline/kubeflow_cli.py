@@ -16,7 +16,7 @@ import tempfile
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from pipeline import config as config_lib
-from trainer_module import hparams
+from pipeline.training_flags import add_training_flags, training_config
 
 if TYPE_CHECKING:
     from kfp.pipeline_spec import pipeline_spec_pb2
@@ -79,10 +79,6 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
                            "gs://BUCKET/fra-eng/fra.txt; its directory is the default of the "
                            "data_root runtime parameter"),
         group.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME),
-        group.add_argument("--profile", default=config_lib.PipelineConfig.profile,
-                           choices=sorted(hparams.PROFILES), help="model/training profile"),
-        group.add_argument("--train-steps", type=int, default=None,
-                           help="training steps (default: the profile's)"),
         group.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
                            help="Beam argument for Transform, StatisticsGen..., repeatable, e.g. "
                                 "--beam-arg=--runner=DataflowRunner (default: "
@@ -111,7 +107,12 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument("--beam-memory", type=_memory_bytes, default=None,
                            help="memory each Beam component asks for, likewise (default 8Gi)"),
     ]
-    parser.set_defaults(compile_actions=actions)
+    # The recipe flags of `nmt run`, with the same defaults.
+    recipe = parser.add_argument_group("training (as for nmt run)")
+    before = set(recipe._group_actions)
+    add_training_flags(recipe)
+    parser.set_defaults(compile_actions=actions + [a for a in recipe._group_actions
+                                                   if a not in before])
 
 
 def _add_backend_flags(parser: argparse.ArgumentParser) -> None:
@@ -249,8 +250,7 @@ def _compile_to(args: argparse.Namespace,
 
     config = config_lib.PipelineConfig(
         data_path=args.data, pipeline_name=args.pipeline_name, pipeline_root=args.pipeline_root,
-        schema_file=kubeflow_runner.IMAGE_SCHEMA_FILE, profile=args.profile,
-        train_steps=args.train_steps,
+        schema_file=kubeflow_runner.IMAGE_SCHEMA_FILE, **training_config(args),
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS))
     vertex_training = _vertex_training(args)
     try:

@@ -19,11 +19,9 @@ from tfx.types import Channel, standard_artifacts
 from components.atomic_pusher import AtomicPusher
 from components.fra_example_gen.component import FraTxtExampleGen
 from components.strict_example_validator import StrictExampleValidator
+from pipeline.config import TRAINER_MODULE, TRANSFORM_MODULE
 from pipeline.eval_config import make_eval_config
 
-# Each component's entry module (its code fingerprint starts there: pipeline/code_version.py).
-TRANSFORM_MODULE = "trainer_module.preprocessing"
-TRAINER_MODULE = "trainer_module.task"
 PREPROCESSING_FN = f"{TRANSFORM_MODULE}.preprocessing_fn"
 RUN_FN = f"{TRAINER_MODULE}.run_fn"
 

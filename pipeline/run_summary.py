@@ -121,7 +121,8 @@ def _verdict(store, run: str, config: PipelineConfig) -> Verdict | None:
                           if a["id"] == judged["evaluation"])
         failures = tuple(failed_thresholds(tfma.load_validation_result(evaluation["uri"])))
     return Verdict(bleu=judged["bleu"], chrf=judged["chrf"], blessed=judged["blessed"],
-                   min_bleu=config.bleu_threshold, max_metric_drop=config.max_metric_drop,
+                   min_bleu=config.trainer_settings.bleu_threshold,
+                   max_metric_drop=config.max_metric_drop,
                    baseline_model=judged["baseline_model"], failures=failures)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline import config as config_lib
 from pipeline.code_version import PACKAGE_DIR, code_version, module_sources
-from pipeline.pipeline import TRAINER_MODULE, TRANSFORM_MODULE
+from pipeline.config import TRAINER_MODULE, TRANSFORM_MODULE
 
 
 def test_transform_is_fingerprinted_by_preprocessing_and_what_it_imports():

@@ -29,6 +29,7 @@ from helpers import send_json
 from pipeline import kfp_client, kubeflow_runner
 from pipeline.config import PipelineConfig
 from pipeline.kubeflow_cli import add_kubeflow_parser
+from trainer_module.settings import SettingsError, TrainerSettings
 
 IMAGE = "registry.example/nmt-fra-eng:test"
 PIPELINE_ROOT = "gs://nmt-bucket/runs"
@@ -303,13 +304,45 @@ def test_cron_takes_five_fields_and_gives_kfp_six():
 def test_a_partial_trainer_config_is_merged_over_the_compiled_one(compiled):
     package = kfp_client.Package.read(compiled)
     [value] = kfp_client.parameter_values(
-        package, ['trainer_config={"profile": "base", "train_minutes": 60}']).values()
+        package, ['trainer_config={"train_minutes": 60}']).values()
     merged = json.loads(value)
-    assert (merged["profile"], merged["train_minutes"]) == ("base", 60)
+    assert (merged["profile"], merged["train_minutes"]) == ("cpu", 60)
     assert merged["checkpoint_root"] == PIPELINE_ROOT + "/checkpoints" and merged["code_version"]
     with pytest.raises(kfp_client.KfpError,
                        match=r"--param trainer_config expects a JSON object, e\.g\. "):
         kfp_client.parameter_values(package, ["trainer_config=base"])
+
+
+def test_a_runtime_profile_cannot_leave_the_gate_judging_by_another(compiled):
+    """The Evaluator's BLEU threshold is compiled from the profile: switching the Trainer to
+    another profile at run time is refused in one sentence, unless the run also says which
+    threshold to bless by. The Trainer itself refuses the same settings (a run started from
+    the KFP UI does not pass through `nmt`)."""
+    package = kfp_client.Package.read(compiled)
+    with pytest.raises(kfp_client.KfpError) as refused:
+        kfp_client.parameter_values(package, ['trainer_config={"profile": "base"}'])
+    assert str(refused.value) == (
+        "--param trainer_config: trainer_config asks for profile 'base', but this pipeline's "
+        "Evaluator was built to bless by profile 'cpu''s threshold (BLEU >= 10); compile it "
+        "again with --profile base (or give min_bleu too)")
+    [value] = kfp_client.parameter_values(
+        package, ['trainer_config={"profile": "base", "min_bleu": 10}']).values()
+    assert TrainerSettings.from_config(json.loads(value)).bleu_threshold == 10
+    default = json.loads(package.defaults["trainer_config"])
+    with pytest.raises(SettingsError, match="compile it again with --profile base"):
+        TrainerSettings.from_config({**default, "profile": "base"})
+
+
+def test_compile_takes_the_recipe_flags_of_nmt_run(tmp_path):
+    path = str(tmp_path / "pipeline.yaml")
+    assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--output", path, "--profile", "cpu_2h",
+                        "--train-minutes", "45", "--hparam", "dropout_rate=0.2",
+                        "--precision", "float32", "--min-bleu", "12.5") == 0
+    package = kfp_client.Package.read(path)
+    settings = TrainerSettings.from_config(json.loads(package.defaults["trainer_config"]))
+    assert (settings.profile, settings.train_minutes, settings.hparams, settings.precision,
+            settings.bleu_threshold) == ("cpu_2h", 45.0, {"dropout_rate": 0.2}, "float32", 12.5)
+    assert "12.5" in json.dumps(json_format.MessageToDict(read_spec(path)))  # the Evaluator's
 
 
 def test_parameters_are_typed_as_the_pipeline_declares():

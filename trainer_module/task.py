@@ -1,10 +1,9 @@
 """TFX Trainer entry point: `run_fn` trains the Transformer and exports the translator.
 
 Referenced by module path (`trainer_module.task`), so the same code runs locally and in the
-Kubeflow container. custom_config: {"profile": name, "checkpoint_root": dir, "train_minutes":
-m, "precision": one of hparams.PRECISIONS, "hparams": {field: value}} (all optional; the
-profile defaults to `cpu`). TrainArgs.num_steps > 0 trains exactly that many steps instead of
-the profile's time budget.
+Kubeflow container. custom_config: a `settings.TrainerSettings` (profile, time budget,
+precision, hyperparameter overrides, ...). TrainArgs.num_steps > 0 trains exactly that many
+steps instead of the profile's time budget.
 """
 from __future__ import annotations
 
@@ -24,35 +23,22 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 from trainer_module import budget, callbacks, devices, export, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset, validation_dataset
 from trainer_module.model import Transformer
+from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE, TrainerSettings
 from trainer_module.optimization import (GlobalTokenMeanLoss, MaskedAccuracy, Perplexity,
                                          make_optimizer)
 from trainer_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB,
                                           shares_vocabulary)
 
 _LOG = logging.getLogger(__name__)
-HISTORY_FILE = "history.json"
-HPARAMS_FILE = "hparams.json"
 _UNBOUNDED_STEPS = 10**9
 
 
-def _hparams(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput
-             ) -> tuple[hparams_lib.HParams, dict[str, object]]:
-    """(The profile with the step count or time budget, the user's overrides and the real
-    vocabulary sizes; those overrides alone, which win over what the budget plans)."""
-    config = fn_args.custom_config or {}
-    hparams = hparams_lib.get_profile(config.get("profile") or "cpu")
-    if fn_args.train_steps:
-        hparams = dataclasses.replace(
-            hparams, train_steps=fn_args.train_steps, train_minutes=0.0,
-            checkpoint_every=min(hparams.checkpoint_every, fn_args.train_steps))
-    elif config.get("train_minutes"):
-        hparams = dataclasses.replace(hparams, train_minutes=float(config["train_minutes"]))
-    overrides = dict(hparams_lib.parse_override(f"{name}={value}") for name, value in
-                     {**({"precision": config["precision"]} if config.get("precision") else {}),
-                      **(config.get("hparams") or {})}.items())
-    hparams = dataclasses.replace(hparams, **overrides).with_vocab_sizes(
+def _hparams(settings: TrainerSettings, train_steps: int,
+             tf_transform_output: tft.TFTransformOutput) -> hparams_lib.HParams:
+    """The settings' hparams (exactly `train_steps`, or 0: the time budget) with the real
+    vocabulary sizes."""
+    return settings.hparams_for(train_steps).with_vocab_sizes(
         *vocab_sizes(tf_transform_output), shared=shares_vocabulary(tf_transform_output))
-    return hparams, overrides
 
 
 def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
@@ -61,11 +47,11 @@ def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
                  for name in (SOURCE_VOCAB, TARGET_VOCAB))
 
 
-def _checkpoint_dir(fn_args: FnArgs, hparams: hparams_lib.HParams) -> str:
+def _checkpoint_dir(fn_args: FnArgs, settings: TrainerSettings,
+                    hparams: hparams_lib.HParams) -> str:
     """Stable across re-runs of the same training (same data, same hparams), so a killed
     Trainer resumes where it stopped instead of starting over."""
-    root = (fn_args.custom_config or {}).get("checkpoint_root") or os.path.join(
-        fn_args.model_run_dir, "checkpoints")
+    root = settings.checkpoint_root or os.path.join(fn_args.model_run_dir, "checkpoints")
     key = json.dumps([dataclasses.asdict(hparams), sorted(fn_args.train_files),
                       fn_args.transform_output], sort_keys=True)
     return os.path.join(root, hashlib.sha256(key.encode()).hexdigest()[:16])
@@ -114,11 +100,14 @@ def run_fn(fn_args: FnArgs) -> None:
     checkpoints and writes the history, hparams and the SavedModel (see `devices`).
     """
     started = time.time()  # the time budget counts from here
+    settings = TrainerSettings.from_config(fn_args.custom_config)
+    overrides = settings.overrides()  # they win over the time budget's plan
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
-    hparams, overrides = _hparams(fn_args, tf_transform_output)
+    hparams = _hparams(settings, fn_args.train_steps or 0, tf_transform_output)
     strategy = devices.choose_strategy()
     chief = devices.writes_results(strategy)
-    checkpoint_dir = _checkpoint_dir(fn_args, hparams)  # before the plan: a re-run finds it
+    # Keyed before the plan, so that a re-run finds it and the plan kept there.
+    checkpoint_dir = _checkpoint_dir(fn_args, settings, hparams)
     history_path = os.path.join(checkpoint_dir, HISTORY_FILE)
     plan = budget.Plan.load(checkpoint_dir)
     if plan is None:
