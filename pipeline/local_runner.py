@@ -22,7 +22,7 @@ from tfx.utils import dependency_utils
 from pipeline import run_summary
 from pipeline.config import PipelineConfig, pipeline_arguments
 from pipeline.pipeline import create_pipeline
-from pipeline.run_lock import RunError, pipeline_root_lock
+from pipeline.run_lock import RunError
 
 _LOG = logging.getLogger(__name__)
 _LAST_COMPONENT = "AtomicPusher"  # --to this one is a complete run
@@ -73,40 +73,39 @@ class _CurrentComponent(logging.Handler):
 
 def run(config: PipelineConfig, to_component: str | None = None) -> None:
     """Runs the components in order (up to `to_component` if given); unchanged ones are cached.
-    Logs the run's summary at the end."""
+    Logs the run's summary at the end. The caller holds the pipeline root's lock (run_lock)."""
     started = time.monotonic()
-    with pipeline_root_lock(config.pipeline_root):
-        _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s)%s.",
-                  config.pipeline_name, config.data_path, config.pipeline_root,
-                  config.metadata_path, f", up to {to_component}" if to_component else "")
-        run_options = None
-        if to_component:
-            run_options = tfx_pipeline.RunOptions(to_nodes=[to_component])
-        if runs_in_process(config.beam_pipeline_args):
-            # TFX builds an sdist of itself before every Beam component (5-10 s each, writing a
-            # copy of its sources to /tmp) so that remote workers can import it; the
-            # DirectRunner runs here, where TFX is installed.
-            dependency_utils.make_beam_dependency_flags = list
-        current = _CurrentComponent()
-        logging.getLogger("absl").addHandler(current)
-        # TFX's Beam executors parse sys.argv with absl's flags (base_beam_executor.py), which
-        # would read nmt's -v as absl's --verbosity and fail: they get the program name only.
-        argv, sys.argv = sys.argv, sys.argv[:1]
-        try:
-            LocalDagRunner().run(build(config), run_options=run_options)
-        except Exception as err:  # only a full disk is rephrased; anything else is a bug
-            reason = out_of_space(err)
-            if not reason:
-                raise
-            raise RunError(f"{current.component} could not write its output ({reason}); nothing "
-                           "was published: free some space and run the same command again "
-                           "(finished components are reused).") from err
-        finally:
-            sys.argv = argv
-            logging.getLogger("absl").removeHandler(current)
-        stopped_at = None if to_component == _LAST_COMPONENT else to_component
-        facts = run_summary.collect(config, time.monotonic() - started, stopped_at)
-        # A warning when the candidate was rejected: the run did not deliver a new model.
-        rejected = facts.verdict is not None and not facts.verdict.blessed
-        _LOG.log(logging.WARNING if rejected else logging.INFO,
-                 "\n".join(run_summary.summary_lines(facts)))
+    _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s)%s.",
+              config.pipeline_name, config.data_path, config.pipeline_root,
+              config.metadata_path, f", up to {to_component}" if to_component else "")
+    run_options = None
+    if to_component:
+        run_options = tfx_pipeline.RunOptions(to_nodes=[to_component])
+    if runs_in_process(config.beam_pipeline_args):
+        # TFX builds an sdist of itself before every Beam component (5-10 s each, writing a
+        # copy of its sources to /tmp) so that remote workers can import it; the
+        # DirectRunner runs here, where TFX is installed.
+        dependency_utils.make_beam_dependency_flags = list
+    current = _CurrentComponent()
+    logging.getLogger("absl").addHandler(current)
+    # TFX's Beam executors parse sys.argv with absl's flags (base_beam_executor.py), which
+    # would read nmt's -v as absl's --verbosity and fail: they get the program name only.
+    argv, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        LocalDagRunner().run(build(config), run_options=run_options)
+    except Exception as err:  # only a full disk is rephrased; anything else is a bug
+        reason = out_of_space(err)
+        if not reason:
+            raise
+        raise RunError(f"{current.component} could not write its output ({reason}); nothing "
+                       "was published: free some space and run the same command again "
+                       "(finished components are reused).") from err
+    finally:
+        sys.argv = argv
+        logging.getLogger("absl").removeHandler(current)
+    stopped_at = None if to_component == _LAST_COMPONENT else to_component
+    facts = run_summary.collect(config, time.monotonic() - started, stopped_at)
+    # A warning when the candidate was rejected: the run did not deliver a new model.
+    rejected = facts.verdict is not None and not facts.verdict.blessed
+    _LOG.log(logging.WARNING if rejected else logging.INFO,
+             "\n".join(run_summary.summary_lines(facts)))

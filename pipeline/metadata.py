@@ -38,6 +38,8 @@ import ml_metadata as mlmd
 from google.protobuf import json_format
 from ml_metadata.proto import metadata_store_pb2
 
+from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE
+
 RUN_CONTEXT, PIPELINE_CONTEXT, NODE_CONTEXT = "pipeline_run", "pipeline", "node"
 KFP_RUN_CONTEXT, KFP_PIPELINE_CONTEXT = "system.PipelineRun", "system.Pipeline"
 # KFP executions that run a task; a system.DAGExecution is the run (or a sub-DAG) itself.
@@ -48,8 +50,7 @@ _TFX_PROPERTIES = frozenset({"span", "version", "split_names"})
 _TFX_CUSTOM_PREFIX = "custom:"  # tfx.types.artifact.CUSTOM_PROPERTIES_PREFIX
 _MODEL_ID_PROPERTIES = frozenset({"current_model_id", "baseline_model_id"})  # a blessing's
 SERVING_MODEL_DIR = "Format-Serving"  # the SavedModel inside a Model artifact
-# Written by trainer_module.task into the ModelRun artifact (not imported: it loads TensorFlow).
-HPARAMS_FILE, HISTORY_FILE = "hparams.json", "history.json"
+# The training metrics of the history run_fn writes into the ModelRun artifact.
 _TRAINING_METRICS = ("loss", "masked_accuracy", "perplexity",
                     "val_loss", "val_masked_accuracy", "val_perplexity")
 # Inputs that are not where an artifact came from: the Evaluator's baseline is the last model.
@@ -747,3 +748,18 @@ def diff_runs(store: mlmd.MetadataStore, run_a: str, run_b: str) -> dict[str, An
     return {"run_a": a.name, "run_b": b.name,
             "changes": [change for section in _DIFF_SECTIONS
                         for change in _changes(section, facts_a[section], facts_b[section])]}
+
+
+def as_text(value: Any) -> str:
+    """One value as people read it: "-" for none, yes/no, 4 significant digits, k=v lists."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ",".join(map(as_text, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={as_text(v)}" for k, v in flatten(value).items())
+    return str(value)

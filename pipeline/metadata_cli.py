@@ -80,25 +80,11 @@ def _reporting_errors(handler: Callable[[argparse.Namespace], int]
 
 # --- Tables -------------------------------------------------------------------------------
 
-def as_text(value: Any) -> str:
-    """One value as people read it: "-" for none, yes/no, 4 significant digits, k=v lists."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return ",".join(map(as_text, value))
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={as_text(v)}" for k, v in metadata.flatten(value).items())
-    return str(value)
-
-
 def print_table(rows: list[dict[str, Any]], columns: Columns) -> None:
     """Left-aligned columns under their headers; None prints as "-", a key a row lacks as blank."""
     cells = [[header for _, header in columns]] + [
-        [as_text(row.get(key)) if key in row else "" for key, _ in columns] for row in rows]
+        [metadata.as_text(row.get(key)) if key in row else "" for key, _ in columns]
+        for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     for line in cells:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())

@@ -23,7 +23,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  registers the ops of the Transform graph in the model
 
 from pipeline import metadata  # noqa: E402
-from pipeline.metadata_cli import as_text  # noqa: E402
+from trainer_module.settings import HISTORY_FILE  # noqa: E402
 from components.fra_example_gen.executor import read_split  # noqa: E402
 from trainer_module.preprocessing import RESERVED_TOKENS  # noqa: E402
 from trainer_module.tokens import END_ID, PAD_ID  # noqa: E402
@@ -175,7 +175,7 @@ def _table(header: list[str] | None, rows: list[list[str]]) -> str:
 
 
 def _escaped(value: Any) -> str:
-    return html.escape(as_text(value))
+    return html.escape(metadata.as_text(value))
 
 
 def _summary(run: dict[str, Any], found: _RunArtifacts) -> str:
@@ -185,10 +185,10 @@ def _summary(run: dict[str, Any], found: _RunArtifacts) -> str:
         ("Pipeline", run["pipeline"]), ("Status", run["status"]),
         ("Started", run["start"]), ("Duration (s)", run["duration_s"]),
         ("Model", f"{found.model['id']}: {found.model['uri']}"),
-        ("BLEU / chrF (eval split)", f"{as_text(blessing.get('bleu'))} / "
-                                     f"{as_text(blessing.get('chrf'))}"),
-        ("Blessed", f"{as_text(blessing['blessed'])} (baseline model: "
-                    f"{as_text(blessing['baseline_model'])})"),
+        ("BLEU / chrF (eval split)", f"{metadata.as_text(blessing.get('bleu'))} / "
+                                     f"{metadata.as_text(blessing.get('chrf'))}"),
+        ("Blessed", f"{metadata.as_text(blessing['blessed'])} (baseline model: "
+                    f"{metadata.as_text(blessing['baseline_model'])})"),
         ("Pushed version", found.pushed["properties"]["version"] if found.pushed else None),
         ("Input file", f"{source['path']} ({source['size_bytes']:,} bytes, "
                        f"sha256 {source['sha256']})"),
@@ -226,7 +226,7 @@ def write_report(store: Any, run_id: str, output_dir: str, samples: int = 8) -> 
     run = metadata.get_run(store, run_id)
     found = _run_artifacts(store, run["run"])
     os.makedirs(output_dir, exist_ok=True)
-    history = metadata.read_json(os.path.join(found.model_run["uri"], metadata.HISTORY_FILE))
+    history = metadata.read_json(os.path.join(found.model_run["uri"], HISTORY_FILE))
     scores = metadata.evaluation_metrics(found.evaluation["uri"])
     model = tf.saved_model.load(os.path.join(found.model["uri"], metadata.SERVING_MODEL_DIR))
     translated = _translated(model, _eval_samples(found.examples["uri"], samples))

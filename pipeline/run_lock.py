@@ -13,7 +13,6 @@ import time
 from typing import Iterator
 
 LOCK_FILE = ".nmt-run.lock"
-_held: set[str] = set()  # roots this process holds: the CLI locks, then local_runner.run again
 
 
 class RunError(RuntimeError):
@@ -24,10 +23,6 @@ class RunError(RuntimeError):
 def pipeline_root_lock(pipeline_root: str) -> Iterator[None]:
     """Holds an exclusive lock on the pipeline root (the kernel releases it if the process
     dies, so a killed run never blocks the next), or raises RunError naming the holder."""
-    key = os.path.realpath(pipeline_root)
-    if key in _held:
-        yield
-        return
     os.makedirs(pipeline_root, exist_ok=True)
     with open(os.path.join(pipeline_root, LOCK_FILE), "a+") as lock:
         try:
@@ -41,9 +36,7 @@ def pipeline_root_lock(pipeline_root: str) -> Iterator[None]:
         lock.truncate(0)
         lock.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
         lock.flush()
-        _held.add(key)
         try:
             yield
         finally:
-            _held.discard(key)
             lock.truncate(0)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import re
 from typing import Any, Iterator, Mapping
 
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
-from pipeline.kfp_client import KfpError, Package
+from pipeline.kfp_client import KfpError, Package, default_run_name
 
 _CONSOLE = "https://console.cloud.google.com/vertex-ai"
 
@@ -50,7 +49,7 @@ def _job(endpoint: VertexEndpoint, package: Package, params: Mapping[str, Any],
 
     endpoint._init()
     return aiplatform.PipelineJob(
-        display_name=name or f"{package.name} {_now():%Y-%m-%d %H:%M:%S}",
+        display_name=name or default_run_name(package),
         template_path=package.path, pipeline_root=pipeline_root,
         parameter_values=dict(params), project=endpoint.project, location=endpoint.region)
 
@@ -81,10 +80,6 @@ def schedule(endpoint: VertexEndpoint, package: Package, params: Mapping[str, An
 
 def _link(endpoint: VertexEndpoint, page: str) -> str:
     return f"{_CONSOLE}/locations/{endpoint.region}/{page}?project={endpoint.project}"
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,9 @@ EXTERNAL_TESTS = {"test_report_renders_in_headless_chromium",
                   "test_kfp_store_in_mysql_read_by_the_cli",
                   "test_local_store_copied_into_mysql_gives_the_same_answers"}
 MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
-                  "test_distributed": "distributed", "test_logs": "logs"}
+                  "test_distributed": "distributed", "test_logs": "logs",
+                  "test_budget": "training", "test_settings": "training",
+                  "test_training": "training", "test_imports": "layout"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
 SLOW_FIXTURES = {"overfit"}
 # `make test` runs on two pytest-xdist workers, and each worker builds its own session- and
@@ -108,9 +110,8 @@ def _write_worker_timeline(terminalreporter) -> None:
             for module, (start, stop) in order))
 
 
-# The longest units (minutes of one worker on 2 cores, make test's worker timeline), started
-# first: xdist orders units by their number of tests, which ran test_distributed (6.6 min) last,
-# alone, while the other worker had been idle for 4 minutes.
+# The longest units (by make test's worker timeline), started first: xdist orders units by
+# their number of tests, which would leave the longest one running alone at the end.
 LONGEST_FIRST = ("tests/test_distributed.py", "the smoke root", "tests/test_kubeflow_launcher.py",
                  "tests/test_faults.py")
 

@@ -17,8 +17,6 @@ import tf_keras as keras
 from trainer_module import budget, callbacks, devices, hparams as hparams_lib, optimization, task
 from trainer_module.hparams import LONG_RUN_RECIPE, LONG_RUN_STEPS, get_profile
 
-pytestmark = pytest.mark.faults  # interrupted work (resume) and the stop decision
-
 
 def _stand_in_clock(monkeypatch, first_step: float, per_step: float) -> tuple:
     """A clock in `callbacks` that ticks `first_step` s on the first step (tracing) and

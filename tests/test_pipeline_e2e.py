@@ -23,7 +23,7 @@ from components.fra_example_gen.executor import read_split
 from helpers import (SMOKE_TRAIN_STEPS, checkpoint_steps, latest_artifact, nmt_translate,
                      open_store, serving_dir, versions)
 from test_logs import NOISE
-from trainer_module.task import HISTORY_FILE
+from trainer_module.settings import HISTORY_FILE
 
 # The non-core ops the SavedModel may use: tensorflow-text ops that TF Serving 2.12 links in.
 # tensorflow/serving 2.12.0, tensorflow_serving/model_servers/BUILD: SUPPORTED_TENSORFLOW_OPS

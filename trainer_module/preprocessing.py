@@ -23,8 +23,9 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as wordpiece
 
-from trainer_module.tokens import (DEFAULT_JOINT_VOCABULARY, DEFAULT_SPLIT_ELISIONS,
-                                   DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
+from trainer_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_VOCABULARY,
+                                   DEFAULT_SPLIT_ELISIONS, DEFAULT_TOKENIZER, DEFAULT_VOCAB_SIZE,
+                                   DEFAULT_WHOLE_NUMBERS,
                                    DEFAULT_WORDPIECE_MIN_COUNT, END_ID, PAD_ID, START_ID,
                                    TOKENIZERS, UNK_ID)
 
@@ -43,8 +44,6 @@ assert [RESERVED_TOKENS.index(t) for t in RESERVED_TOKENS] == [PAD_ID, UNK_ID, S
 # English length buckets (in whitespace-separated words of the raw sentence) for TFMA slices.
 LENGTH_BUCKETS = ((1, 5, "01-05"), (6, 10, "06-10"), (11, 20, "11-20"), (21, None, "21+"))
 
-DEFAULT_VOCAB_SIZE = 8000
-DEFAULT_FREQUENCY_THRESHOLD = 2
 WORDPIECE_JOINER = "##"  # marks a piece that continues a word
 
 _WORD = r"\pL\pN\pM_"  # RE2's \w is ASCII-only: use Unicode letter/number/mark classes

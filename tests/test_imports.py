@@ -1,0 +1,75 @@
+"""The project's modules import each other without cycles (function-level imports included:
+a lazy import hides a cycle from Python, not from the reader)."""
+from __future__ import annotations
+
+import ast
+import os
+
+from helpers import REPO
+
+PACKAGES = ("pipeline", "components", "trainer_module", "schemas")
+
+
+def project_imports() -> dict[str, set[str]]:
+    """module -> the project modules it imports anywhere in its source."""
+    modules = {}
+    for package in PACKAGES:
+        for directory, _, files in os.walk(os.path.join(REPO, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(directory, name)
+                    dotted = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+                    modules[dotted.removesuffix(".__init__")] = path
+    graph = {}
+    for module, path in modules.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[module] = {n for n in names if n in modules and n != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_among_the_project_modules():
+    graph = project_imports()
+    assert {"pipeline.cli", "trainer_module.task", "components.atomic_pusher"} <= set(graph)
+    assert cycles(graph) == []
