@@ -49,7 +49,8 @@ def _positive_int(text: str) -> int:
 
 def _add_run_parser(subparsers) -> None:
     run = subparsers.add_parser("run", help="run the pipeline locally (LocalDagRunner)")
-    run.add_argument("--data", help="path of fra.txt (default: $FRA_TXT, else download)")
+    run.add_argument("--data", help="fra.txt, or a directory or glob of such files, plain or "
+                     ".gz, local or gs:// (default: $FRA_TXT, else download fra.txt)")
     run.add_argument("--pipeline-root", default=None,
                      help="where artifacts and metadata.sqlite go "
                           "(default: $NMT_PIPELINE_ROOT or ./nmt_runs)")
@@ -58,6 +59,10 @@ def _add_run_parser(subparsers) -> None:
                      help="train,eval,test percentages (default 80,10,10)")
     run.add_argument("--max-line-bytes", type=int, default=parser.DEFAULT_MAX_LINE_BYTES,
                      help="longer input lines are rejected and counted")
+    run.add_argument("--max-references", type=_positive_int,
+                     default=parser.DEFAULT_MAX_REFERENCES,
+                     help="French references kept per English sentence, the rest counted "
+                          "(default %(default)s, the schema's limit)")
     run.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
                      help="Beam pipeline argument, repeatable (default: "
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
@@ -127,6 +132,7 @@ def _run(args: argparse.Namespace) -> int:
     config = config_lib.PipelineConfig(
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
+        max_references=args.max_references,
         profile=args.profile, train_steps=args.train_steps, precision=args.precision,
         hparams=dict(args.hparams), min_bleu=args.min_bleu,
         tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_train_seconds=args.max_train_seconds,
