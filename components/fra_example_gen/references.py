@@ -34,7 +34,9 @@ class _FirstCopy(beam.CombineFn):
         return None
 
     def add_input(self, copies: Copies | None, position: Position) -> Copies:
-        return self.merge_accumulators([copies, Copies(position, 1)])
+        if copies is None:
+            return Copies(position, 1)
+        return Copies(min(copies.first, position), copies.count + 1)
 
     def merge_accumulators(self, accumulators: Iterable[Copies | None]) -> Copies | None:
         present = [a for a in accumulators if a is not None]
