@@ -58,25 +58,24 @@ def read_split(examples_uri: str, split: str) -> list[tuple[str, list[str]]]:
 
 def to_example(english: str, refs: list[tuple[Any, str]]) -> tf.train.Example:
     """All kept French references of one English sentence, in (position) order."""
-    french = [text.encode("utf-8") for _, text in sorted(refs)]
-    return tf.train.Example(features=tf.train.Features(feature={
-        "english": tf.train.Feature(bytes_list=tf.train.BytesList(value=[english.encode("utf-8")])),
-        "french": tf.train.Feature(bytes_list=tf.train.BytesList(value=french)),
-    }))
+    example = tf.train.Example()
+    features = example.features.feature
+    features["english"].bytes_list.value.append(english.encode("utf-8"))
+    french = features["french"].bytes_list
+    french.SetInParent()  # present even when empty, as before
+    french.value.extend([text.encode("utf-8") for _, text in sorted(refs)])
+    return example
 
 
 class _ReportCombineFn(beam.CombineFn):
-    """(path, Line, ParsedLine) -> {path: ParseReport}."""
+    """source.RangeReport -> {path: ParseReport}."""
 
     def create_accumulator(self) -> dict[str, parser.ParseReport]:
         return {}
 
-    def add_input(self, reports: dict[str, parser.ParseReport],
-                  element: tuple[str, source.Line, parser.ParsedLine]
+    def add_input(self, reports: dict[str, parser.ParseReport], ranged: source.RangeReport
                   ) -> dict[str, parser.ParseReport]:
-        path, line, parsed = element
-        reports.setdefault(path, parser.ParseReport()).add(parsed, line.chunk, line.index,
-                                                           line.offset)
+        reports.setdefault(ranged.path, parser.ParseReport()).merge(ranged.report)
         return reports
 
     def merge_accumulators(self, accumulators) -> dict[str, parser.ParseReport]:
@@ -91,8 +90,9 @@ class _ReportCombineFn(beam.CombineFn):
         return reports
 
 
-def _write_report(reports: dict[str, parser.ParseReport], paths: list[str], num_examples: int,
-                  duplicates: int, over_cap: int, max_references: int, path: str) -> None:
+def _write_report(reports: dict[str, parser.ParseReport], paths: list[str],
+                  counts: tuple[int, int, int], max_references: int, path: str) -> None:
+    num_examples, duplicates, over_cap = counts
     files = {p: (reports[p] if p in reports else parser.ParseReport()).to_dict() for p in paths}
     payload = {**parser.total_report(files), "examples": num_examples,
                "duplicate_pairs": duplicates, "references_over_cap": over_cap,
@@ -101,10 +101,31 @@ def _write_report(reports: dict[str, parser.ParseReport], paths: list[str], num_
         json.dump(payload, f, indent=2, sort_keys=True)
 
 
-def _parse(element: tuple[str, source.Line], max_line_bytes: int
-           ) -> tuple[str, source.Line, parser.ParsedLine]:
-    path, line = element
-    return path, line, parser.parse_line(line.raw, max_line_bytes, file_start=line.offset == 0)
+_COUNTS = "counts"
+
+
+class _ToExample(beam.DoFn):
+    """(English, Capped) -> tf.Example; the examples and the references left out by the cap
+    are counted per bundle and output once, under _COUNTS, as (examples, 0, over cap)."""
+
+    def start_bundle(self) -> None:
+        self._examples = self._over_cap = 0
+
+    def process(self, element):
+        english, capped = element
+        self._examples += 1
+        self._over_cap += capped.dropped
+        yield to_example(english, capped.references)
+
+    def finish_bundle(self):
+        if self._examples:
+            yield beam.pvalue.TaggedOutput(_COUNTS, beam.transforms.window.GlobalWindows
+                                           .windowed_value((self._examples, 0, self._over_cap)))
+
+
+def _add_counts(counts) -> tuple[int, int, int]:
+    """(examples, duplicate pairs, references over the cap), added up."""
+    return tuple(map(sum, zip((0, 0, 0), *counts)))
 
 
 @beam.ptransform_fn
@@ -119,33 +140,24 @@ def _FraTxtToExample(pipeline: beam.Pipeline, exec_properties: dict[str, Any],
     files = exec_properties.get(_FILES_KEY) or source.match_files(os.path.join(
         exec_properties[standard_component_specs.INPUT_BASE_KEY], split_pattern))
     source.check_files(files, split_pattern)
-    lines = (pipeline
-             | "InputFiles" >> beam.Create(files)
-             | "ReadLines" >> source.ReadLines(max_line_bytes, range_bytes)
-             | "Parse" >> beam.Map(_parse, max_line_bytes))
-    pairs = (lines
-             | "KeepPairs" >> beam.Filter(lambda element: element[2].kept)
-             | "KeyByPair" >> beam.MapTuple(
-                 lambda path, line, parsed: ((parsed.english, parsed.french),
-                                             (path, line.offset))))
-    grouped, duplicates = pairs | "GroupReferences" >> references.GroupReferences(max_references)
-    examples = grouped | "ToExample" >> beam.MapTuple(
-        lambda english, capped: to_example(english, capped.references))
+    # Parsed and keyed as they are read; the parse report comes once per range.
+    read = pipeline | "ReadPairs" >> source.ReadPairs(files, max_line_bytes, range_bytes)
+    grouped, duplicates = (read.pairs
+                           | "GroupReferences" >> references.GroupReferences(max_references))
+    converted = grouped | "ToExample" >> beam.ParDo(_ToExample()).with_outputs(
+        _COUNTS, main="examples")
     report_path = exec_properties.get(_REPORT_PATH_KEY)
     if report_path:
-        def total(name: str, numbers: beam.pvalue.PCollection) -> beam.pvalue.AsSingleton:
-            return beam.pvalue.AsSingleton(numbers | name >> beam.CombineGlobally(sum))
-
-        _ = (lines
+        counts = ((converted[_COUNTS],
+                   duplicates | "AsCounts" >> beam.Map(lambda number: (0, number, 0)))
+                  | "AllCounts" >> beam.Flatten()
+                  | "AddCounts" >> beam.CombineGlobally(_add_counts))
+        _ = (read[source.REPORTS]
              | "Report" >> beam.CombineGlobally(_ReportCombineFn())
              | "WriteReport" >> beam.Map(
-                 _write_report, sorted(m.path for m in files),
-                 total("CountExamples", examples | "OnePerExample" >> beam.Map(lambda _: 1)),
-                 total("CountDuplicates", duplicates),
-                 total("CountOverCap",
-                       grouped | "DroppedByCap" >> beam.MapTuple(lambda _, c: c.dropped)),
+                 _write_report, sorted(m.path for m in files), beam.pvalue.AsSingleton(counts),
                  max_references, report_path))
-    return examples
+    return converted.examples
 
 
 class Executor(BaseExampleGenExecutor):

@@ -84,34 +84,44 @@ class ParsedLine:
         return self.reason is None
 
 
-def parse_line(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-               file_start: bool = False) -> ParsedLine:
-    """Classifies one raw line (with or without its line terminator); a BOM is removed only
-    from the line at the start of a file."""
+def parse_fields(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 file_start: bool = False) -> tuple[str, str] | str:
+    """`parse_line` without the object: (English, French) for a kept pair, else the reason
+    (a str). What ExampleGen's reader calls on every line."""
     line = raw.rstrip(b"\n").rstrip(b"\r")
     if file_start and line.startswith(UTF8_BOM):
         line = line[len(UTF8_BOM):]
     if len(line) > max_line_bytes:  # first: read_lines only keeps the start of such a line
-        return ParsedLine(reason=TOO_LONG)
+        return TOO_LONG
     if not line.strip():
-        return ParsedLine(reason=BLANK_LINE)
+        return BLANK_LINE
     if b"\x00" in line:
-        return ParsedLine(reason=NUL_BYTE)
+        return NUL_BYTE
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
-        return ParsedLine(reason=INVALID_UTF8)
+        return INVALID_UTF8
     columns = text.split("\t")
     if len(columns) < MIN_COLUMNS:
-        return ParsedLine(reason=NO_TAB)
+        return NO_TAB
     if len(columns) > MAX_COLUMNS:
-        return ParsedLine(reason=TOO_MANY_COLUMNS)
+        return TOO_MANY_COLUMNS
     english, french = columns[0], columns[1]
     if not english.strip():
-        return ParsedLine(reason=EMPTY_ENGLISH)
+        return EMPTY_ENGLISH
     if not french.strip():
-        return ParsedLine(reason=EMPTY_FRENCH)
-    return ParsedLine(english=english, french=french)
+        return EMPTY_FRENCH
+    return english, french
+
+
+def parse_line(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+               file_start: bool = False) -> ParsedLine:
+    """Classifies one raw line (with or without its line terminator); a BOM is removed only
+    from the line at the start of a file."""
+    fields = parse_fields(raw, max_line_bytes, file_start)
+    if fields.__class__ is str:
+        return ParsedLine(reason=fields)
+    return ParsedLine(english=fields[0], french=fields[1])
 
 
 def read_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
@@ -130,6 +140,10 @@ def read_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         start = 0
         while True:
             end = block.find(b"\n", start)
+            if not length and 0 <= end < start + room:  # the whole line is in this block
+                yield end + 1 - start, block[start:end + 1]
+                start = end + 1
+                continue
             stop = len(block) if end < 0 else end + 1
             if len(line) < room:
                 line += block[start:min(stop, start + room - len(line))]
@@ -196,6 +210,21 @@ class ParseReport:
         else:
             self.rejected[parsed.reason] = self.rejected.get(parsed.reason, 0) + 1
             self._add_samples(parsed.reason, [(offset, chunk, index)])
+        return self
+
+    def add_range(self, chunk: int, lines: int, kept: int) -> "ParseReport":
+        """`lines` lines of the range starting at `chunk`, `kept` of them pairs: what a reader
+        adds once per range (the rejected ones also one by one, with `reject`)."""
+        self.lines_read += lines
+        self.pairs_kept += kept
+        if lines:
+            self.chunk_lines[chunk] = self.chunk_lines.get(chunk, 0) + lines
+        return self
+
+    def reject(self, reason: str, chunk: int, index: int, offset: int) -> "ParseReport":
+        """A rejected line's reason and place; it is counted as read by `add_range`."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self._add_samples(reason, [(offset, chunk, index)])
         return self
 
     def merge(self, other: "ParseReport") -> "ParseReport":

@@ -7,26 +7,31 @@ holds all the references of a sentence seen 10,000 times: a pair's copies become
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
-import heapq
 from typing import Iterable, NamedTuple
 
 import apache_beam as beam
 
-# Where a pair was read: (file path, byte offset), so references keep their file order.
-Position = tuple[str, int]
+# Where a pair was read: (file, byte offset), so references keep their file order. ExampleGen
+# numbers the files by path (source.ReadPairs); any sortable value works here.
+Position = tuple
+
+
+def reference_digest(french: str) -> bytes:
+    """The same on every worker and run (Python's hash() of a str is salted per process);
+    all 256 bits, so two distinct references never tie. Bytes sort as the number does."""
+    return hashlib.sha256(french.encode("utf-8")).digest()
 
 
 def reference_hash(french: str) -> int:
-    """The same on every worker and run (Python's hash() of a str is salted per process);
-    all 256 bits, so two distinct references never tie."""
-    return int.from_bytes(hashlib.sha256(french.encode("utf-8")).digest(), "big")
+    """`reference_digest` as a number."""
+    return int.from_bytes(reference_digest(french), "big")
 
 
-class Copies(NamedTuple):
-    """Every occurrence of one (English, French) pair: the first one's position, how many."""
-    first: Position
-    count: int
+# A pair's copies: (the first one's position, how many). Plain tuples, as every accumulator
+# here: Beam encodes them between workers without pickling.
+Copies = tuple
 
 
 class _FirstCopy(beam.CombineFn):
@@ -35,14 +40,20 @@ class _FirstCopy(beam.CombineFn):
 
     def add_input(self, copies: Copies | None, position: Position) -> Copies:
         if copies is None:
-            return Copies(position, 1)
-        return Copies(min(copies.first, position), copies.count + 1)
+            return position, 1
+        first, count = copies
+        return (position if position < first else first), count + 1
 
     def merge_accumulators(self, accumulators: Iterable[Copies | None]) -> Copies | None:
-        present = [a for a in accumulators if a is not None]
-        if not present:
-            return None
-        return Copies(min(a.first for a in present), sum(a.count for a in present))
+        merged = None
+        for copies in accumulators:
+            if copies is None:
+                continue
+            if merged is None:
+                merged = copies
+            else:
+                merged = min(merged[0], copies[0]), merged[1] + copies[1]
+        return merged
 
     def extract_output(self, copies: Copies) -> Copies:
         return copies
@@ -58,8 +69,11 @@ class Capped(NamedTuple):
 class SmallestHashReferences(beam.CombineFn):
     """The `cap` distinct references with the smallest `reference_hash`.
 
-    Accumulator: (count of references seen, heap of at most `cap` of them as
-    (-hash, French, position)), so its size is bounded whatever comes in.
+    Accumulator: (count of references seen, at most `cap` of them), so its size is bounded
+    whatever comes in. Up to `cap` references seen, they are all kept, whatever their hash,
+    and none is hashed: as (French, position). Past the cap, they are
+    (reference_digest, French, position), sorted, the largest digest the first to go.
+    The inputs are distinct references (duplicates collapsed before).
     """
 
     def __init__(self, cap: int) -> None:
@@ -68,42 +82,77 @@ class SmallestHashReferences(beam.CombineFn):
     def create_accumulator(self) -> tuple[int, list]:
         return 0, []
 
-    def _push(self, heap: list, entry: tuple) -> None:
-        if len(heap) < self._cap:
-            heapq.heappush(heap, entry)
-        elif entry > heap[0]:  # smaller hash than the largest kept one
-            heapq.heapreplace(heap, entry)
+    @staticmethod
+    def _hashed(entries: list) -> list:
+        return [(reference_digest(french), french, position) for french, position in entries]
 
     def add_input(self, accumulator: tuple[int, list], reference: tuple[str, Position]
                   ) -> tuple[int, list]:
-        seen, heap = accumulator
+        seen, kept = accumulator
+        seen += 1
+        if seen <= self._cap:
+            kept.append(reference)
+            return seen, kept
+        if seen == self._cap + 1:  # the first one over the cap: now it is the hashes
+            kept = sorted(self._hashed(kept))
         french, position = reference
-        # Negated so that heap[0] holds the largest hash: the first to go.
-        self._push(heap, (-reference_hash(french), french, position))
-        return seen + 1, heap
+        entry = (reference_digest(french), french, position)
+        if entry < kept[-1]:
+            bisect.insort(kept, entry)
+            kept.pop()
+        return seen, kept
 
     def merge_accumulators(self, accumulators: Iterable[tuple[int, list]]) -> tuple[int, list]:
-        seen, heap = 0, []
-        for other_seen, other in accumulators:
-            seen += other_seen
-            for entry in other:
-                self._push(heap, entry)
-        return seen, heap
+        accumulators = list(accumulators)
+        seen = sum(other_seen for other_seen, _ in accumulators)
+        if seen <= self._cap:
+            return seen, [entry for _, kept in accumulators for entry in kept]
+        merged = []
+        for other_seen, kept in accumulators:
+            merged.extend(kept if other_seen > self._cap else self._hashed(kept))
+        merged.sort()
+        del merged[self._cap:]
+        return seen, merged
 
     def extract_output(self, accumulator: tuple[int, list]) -> Capped:
-        seen, heap = accumulator
-        return Capped(sorted((position, french) for _, french, position in heap),
-                      seen - len(heap))
+        seen, kept = accumulator
+        if seen <= self._cap:
+            return Capped(sorted((position, french) for french, position in kept), 0)
+        return Capped(sorted((position, french) for _, french, position in kept),
+                      seen - len(kept))
+
+
+class _KeyByEnglish(beam.DoFn):
+    """((English, French), Copies) -> (English, (French, first position)); the extra copies
+    are added up per bundle and output once, under DUPLICATES."""
+
+    def start_bundle(self) -> None:
+        self._duplicates = 0
+
+    def process(self, element):
+        (english, french), (first, count) = element
+        self._duplicates += count - 1
+        yield english, (french, first)
+
+    def finish_bundle(self):
+        if self._duplicates:
+            yield beam.pvalue.TaggedOutput(
+                DUPLICATES, beam.transforms.window.GlobalWindows.windowed_value(
+                    self._duplicates))
+
+
+DUPLICATES = "duplicates"
 
 
 @beam.ptransform_fn
 def GroupReferences(pairs: beam.pvalue.PCollection, max_references: int
                     ) -> tuple[beam.pvalue.PCollection, beam.pvalue.PCollection]:
-    """((English, French), Position) -> ((English, Capped), duplicate copies per pair)."""
-    copies = pairs | "CollapseDuplicates" >> beam.CombinePerKey(_FirstCopy())
-    duplicates = copies | "DuplicateCopies" >> beam.MapTuple(lambda _, c: c.count - 1)
-    grouped = (copies
-               | "KeyByEnglish" >> beam.MapTuple(
-                   lambda pair, c: (pair[0], (pair[1], c.first)))
-               | "CapReferences" >> beam.CombinePerKey(SmallestHashReferences(max_references)))
-    return grouped, duplicates
+    """((English, French), Position) -> ((English, Capped), numbers of duplicate copies:
+    their sum is the pairs read more than once)."""
+    keyed = (pairs
+             | "CollapseDuplicates" >> beam.CombinePerKey(_FirstCopy())
+             | "KeyByEnglish" >> beam.ParDo(_KeyByEnglish()).with_outputs(
+                 DUPLICATES, main="references"))
+    grouped = keyed.references | "CapReferences" >> beam.CombinePerKey(
+        SmallestHashReferences(max_references))
+    return grouped, keyed[DUPLICATES]

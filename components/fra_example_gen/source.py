@@ -57,7 +57,8 @@ class _LineSource(filebasedsource.FileBasedSource):
         super().__init__(path, validate=False)
         self._max_line_bytes = max_line_bytes
 
-    def read_records(self, file_name: str, range_tracker) -> Iterator[Line]:
+    def _lines(self, file_name: str, range_tracker) -> Iterator[tuple[int, bytes]]:
+        """(offset, raw) of each line the range owns, in order."""
         chunk = range_tracker.start_position()
         with self.open_file(file_name) as f:
             offset = chunk
@@ -70,18 +71,90 @@ class _LineSource(filebasedsource.FileBasedSource):
                     return
                 offset = chunk - 1 + skipped
                 f.seek(offset)
-            for index, (length, raw) in enumerate(parser.read_lines(f, self._max_line_bytes)):
-                if not range_tracker.try_claim(offset):
+            try_claim = range_tracker.try_claim
+            for length, raw in parser.read_lines(f, self._max_line_bytes):
+                if not try_claim(offset):
                     return
-                yield Line(chunk, index, offset, raw)
+                yield offset, raw
                 offset += length
+
+    def read_records(self, file_name: str, range_tracker) -> Iterator[Line]:
+        chunk = range_tracker.start_position()
+        for index, (offset, raw) in enumerate(self._lines(file_name, range_tracker)):
+            yield Line(chunk, index, offset, raw)
+
+
+class RangeReport(NamedTuple):
+    """What a range's reader says besides its pairs: the parse report of its lines."""
+    path: str
+    report: parser.ParseReport
+
+
+class _PairSource(_LineSource):
+    """The kept pairs of one file, parsed as they are read, each as ((English, French),
+    (file number, byte offset)): the key and value that `references` combine. After the
+    last one, a RangeReport of the range's lines (the rejected ones are only counted there).
+
+    One element per kept line, of plain tuples that Beam encodes without pickling: the
+    parsing, the report and the keying cost no extra step per line.
+    """
+
+    def __init__(self, path: str, max_line_bytes: int, file_number: int) -> None:
+        super().__init__(path, max_line_bytes)
+        self._file_number = file_number
+
+    def read_records(self, file_name: str, range_tracker) -> Iterator[tuple | RangeReport]:
+        chunk = range_tracker.start_position()
+        report = parser.ParseReport()
+        parse, max_line_bytes, number = parser.parse_fields, self._max_line_bytes, \
+            self._file_number
+        index = kept = 0
+        for index, (offset, raw) in enumerate(self._lines(file_name, range_tracker), 1):
+            fields = parse(raw, max_line_bytes, not offset)
+            if fields.__class__ is tuple:
+                kept += 1
+                yield fields, (number, offset)
+            else:
+                report.reject(fields, chunk, index - 1, offset)
+        yield RangeReport(file_name, report.add_range(chunk, index, kept))
+
+
+def _read_all(files: beam.pvalue.PCollection, range_bytes: int, source_from_file,
+              with_filename: bool) -> beam.pvalue.PCollection:
+    return files | filebasedsource.ReadAllFiles(
+        splittable=True, compression_type=CompressionTypes.AUTO,
+        desired_bundle_size=range_bytes, min_bundle_size=0,
+        source_from_file=source_from_file, with_filename=with_filename)
 
 
 @beam.ptransform_fn
 def ReadLines(files: beam.pvalue.PCollection, max_line_bytes: int,
               range_bytes: int = DEFAULT_RANGE_BYTES) -> beam.pvalue.PCollection:
     """FileMetadata -> (path, Line): ranges of `range_bytes` spread over the workers."""
-    return files | filebasedsource.ReadAllFiles(
-        splittable=True, compression_type=CompressionTypes.AUTO,
-        desired_bundle_size=range_bytes, min_bundle_size=0,
-        source_from_file=lambda path: _LineSource(path, max_line_bytes), with_filename=True)
+    return _read_all(files, range_bytes, lambda path: _LineSource(path, max_line_bytes),
+                     with_filename=True)
+
+
+REPORTS = "reports"  # ReadPairs' output of RangeReports
+
+
+class _SplitOffReports(beam.DoFn):
+    def process(self, record):
+        if record.__class__ is tuple:
+            yield record
+        else:
+            yield beam.pvalue.TaggedOutput(REPORTS, record)
+
+
+@beam.ptransform_fn
+def ReadPairs(pipeline: beam.Pipeline, files: list[FileMetadata], max_line_bytes: int,
+              range_bytes: int = DEFAULT_RANGE_BYTES) -> beam.pvalue.DoOutputsTuple:
+    """The kept pairs of `files`, as ((English, French), (file number, byte offset)) where
+    the file number is the file's rank by path (so positions sort as (path, offset) do), and
+    under REPORTS a RangeReport per range read."""
+    numbers = {path: number for number, path in enumerate(sorted(m.path for m in files))}
+    records = _read_all(
+        pipeline | "InputFiles" >> beam.Create(files), range_bytes,
+        lambda path: _PairSource(path, max_line_bytes, numbers[path]), with_filename=False)
+    return records | "SplitOffReports" >> beam.ParDo(_SplitOffReports()).with_outputs(
+        REPORTS, main="pairs")
