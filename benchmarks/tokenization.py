@@ -26,8 +26,8 @@ import tensorflow_transform as tft
 from tfx.components.example_gen.base_example_gen_executor import _PartitionFn
 
 from components.fra_example_gen.component import SPLIT_NAMES, split_output_config
-from components.fra_example_gen.executor import read_and_parse, to_example
-from components.fra_example_gen.parser import DEFAULT_MAX_LINE_BYTES
+from components.fra_example_gen.executor import to_example
+from components.fra_example_gen.parser import parse_stream
 from trainer_module import preprocessing as pp
 from trainer_module.tokens import UNK_ID
 
@@ -50,9 +50,10 @@ RAW_SPEC = {pp.ENGLISH: tf.io.FixedLenFeature([1], tf.string),
 def read_splits(path: str) -> dict[str, list[tuple[str, list[str]]]]:
     """(English, all French references) per split, exactly as FraTxtExampleGen splits them."""
     references = collections.defaultdict(list)
-    for line in read_and_parse(path, DEFAULT_MAX_LINE_BYTES):
-        if line.kept:
-            references[line.english].append(line.french)
+    with open(path, "rb") as f:
+        for line in parse_stream(f):
+            if line.kept:
+                references[line.english].append(line.french)
     config = split_output_config((80, 10, 10)).split_config
     buckets = list(itertools.accumulate(s.hash_buckets for s in config.splits))
     splits = {name: [] for name in SPLIT_NAMES}

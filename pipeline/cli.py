@@ -41,7 +41,8 @@ def _split_percentages(text: str) -> tuple[int, int, int]:
 
 def _add_run_parser(subparsers) -> None:
     run = subparsers.add_parser("run", help="run the pipeline locally (LocalDagRunner)")
-    run.add_argument("--data", help="path of fra.txt (default: $FRA_TXT, else download)")
+    run.add_argument("--data", help="fra.txt, or a directory or glob of such files, plain or "
+                     ".gz, local or gs:// (default: $FRA_TXT, else download fra.txt)")
     run.add_argument("--pipeline-root", default=None,
                      help="where artifacts and metadata.sqlite go "
                           "(default: $NMT_PIPELINE_ROOT or ./nmt_runs)")
@@ -50,6 +51,10 @@ def _add_run_parser(subparsers) -> None:
                      help="train,eval,test percentages (default 80,10,10)")
     run.add_argument("--max-line-bytes", type=int, default=parser.DEFAULT_MAX_LINE_BYTES,
                      help="longer input lines are rejected and counted")
+    run.add_argument("--max-references", type=positive_int,
+                     default=parser.DEFAULT_MAX_REFERENCES,
+                     help="French references kept per English sentence, the rest counted "
+                          "(default %(default)s, the schema's limit)")
     run.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
                      help="Beam pipeline argument, repeatable (default: "
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
@@ -94,6 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     config = config_lib.PipelineConfig(
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
+        max_references=args.max_references,
         **training_config(args), tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         whole_numbers=args.whole_numbers, split_elisions=args.split_elisions,
         joint_vocabulary=args.joint_vocabulary, wordpiece_min_count=args.wordpiece_min_count,

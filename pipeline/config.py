@@ -29,6 +29,13 @@ DEFAULT_BEAM_ARGS = ("--direct_running_mode=in_memory", "--direct_num_workers=1"
 DEFAULT_MAX_METRIC_DROP = 1.0
 
 
+def split_data_path(path: str) -> tuple[str, str]:
+    """'/d/fra.txt' -> ('/d', 'fra.txt'); 'gs://b/x/*/part-*.gz' -> ('gs://b/x', '*/part-*.gz')."""
+    wildcard = min((path.index(c) for c in "*?[" if c in path), default=len(path))
+    cut = path.rindex("/", 0, wildcard)
+    return path[:cut] or "/", path[cut + 1:]
+
+
 def default_pipeline_root() -> str:
     """Under the user's working directory (or $NMT_PIPELINE_ROOT), never inside the package."""
     return os.environ.get(PIPELINE_ROOT_ENV) or os.path.join(os.getcwd(), "nmt_runs")
@@ -42,6 +49,7 @@ class PipelineConfig:
     schema_file: str = SCHEMA_FILE
     split_percentages: tuple[int, int, int] = (80, 10, 10)
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
+    max_references: int = parser.DEFAULT_MAX_REFERENCES  # French per English sentence
     profile: str = "cpu"  # hyperparameters by name: trainer_module.hparams.PROFILES
     tokenizer: str = DEFAULT_TOKENIZER  # "wordpiece" (subwords) or "word" (the seeds')
     vocab_size: int = DEFAULT_VOCAB_SIZE  # pieces (or words) per language
@@ -62,12 +70,13 @@ class PipelineConfig:
 
     @property
     def data_root(self) -> str:
-        """ExampleGen reads a directory plus a file pattern."""
-        return os.path.dirname(self.data_path)
+        """ExampleGen reads a directory plus a file pattern: the directory is the data path
+        up to its last "/" before any wildcard (a runtime parameter on Kubeflow)."""
+        return split_data_path(self.data_path)[0]
 
     @property
     def data_file_pattern(self) -> str:
-        return os.path.basename(self.data_path)
+        return split_data_path(self.data_path)[1]
 
     @property
     def metadata_path(self) -> str:
@@ -105,6 +114,7 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         schema_file=config.schema_file,
         split_percentages=config.split_percentages,
         max_line_bytes=config.max_line_bytes,
+        max_references=config.max_references,
         transform_config={"tokenizer": config.tokenizer, "vocab_size": config.vocab_size,
                           "frequency_threshold": config.vocab_frequency_threshold,
                           "whole_numbers": config.whole_numbers,

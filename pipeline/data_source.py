@@ -1,6 +1,9 @@
-"""Where fra.txt comes from: the --data flag, else $FRA_TXT, else a verified download."""
+"""Where the input comes from: the --data flag, else $FRA_TXT, else a verified download of
+fra.txt. A flag or $FRA_TXT may name a file, a directory (all its files) or a glob, plain or
+.gz, local or on an object store (gs://...)."""
 from __future__ import annotations
 
+import glob
 import hashlib
 import io
 import logging
@@ -9,7 +12,7 @@ import urllib.error
 import urllib.request
 import zipfile
 
-from components.fra_example_gen import parser
+from components.fra_example_gen import fingerprint, parser
 
 _LOG = logging.getLogger(__name__)
 
@@ -30,31 +33,60 @@ def default_cache_dir() -> str:
 
 
 def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return fingerprint.sha256_of_stream(f)
+
+
+def is_glob(path: str) -> bool:
+    return any(c in path for c in "*?[")
 
 
 def resolve_data_path(flag: str | None = None, cache_dir: str | None = None,
                       url: str | None = None, timeout_s: float = 30.0) -> str:
-    """Returns the absolute path of fra.txt to use, downloading it only as a last resort."""
+    """The input to read, a file or a glob (a directory becomes DIR/*), downloading fra.txt
+    only as a last resort."""
     for source, path in (("--data", flag), (FRA_TXT_ENV, os.environ.get(FRA_TXT_ENV))):
         if path:
-            if "://" in path:  # gs://, s3://...: TFX's filesystem reads it at run time
-                return path
-            if os.path.isdir(path):
-                raise DataSourceError(f"{source} points to {path!r}, which is a directory; "
-                                      "pass the fra.txt file inside it.")
-            if not os.path.isfile(path):
-                raise DataSourceError(f"{source} points to {path!r}, which is not a file; "
-                                      f"{_HINT}.")
-            with open(path, "rb") as f:  # empty or compressed: say so before TFX starts
-                parser.check_file_start(path, f.read(8))
-            return os.path.abspath(path)
+            return _remote_input(path) if "://" in path else _local_input(source, path)
     return download_fra_txt(cache_dir or default_cache_dir(),
                             url or os.environ.get(DATA_URL_ENV) or CANONICAL_URL, timeout_s)
+
+
+def _remote_input(path: str) -> str:
+    """gs://, s3://...: ExampleGen reads it at run time (and says if nothing matches)."""
+    if path.endswith("/"):
+        return path + "*"
+    if not is_glob(path):
+        from tfx.dsl.io import fileio  # TensorFlow's file systems: only for remote input
+
+        if fileio.isdir(path):
+            return path + "/*"
+    return path
+
+
+def _local_input(source: str, path: str) -> str:
+    """Checks a local input before TFX starts: files exist, are text or .gz, are not empty."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        pattern = os.path.join(path, "*")
+        what = f"{source} points to {path!r}, a directory with no files in it"
+    elif is_glob(path):
+        pattern, what = path, f"{source} is {path!r}, which matches no file"
+    elif not os.path.isfile(path):
+        raise DataSourceError(f"{source} points to {path!r}, which is not a file; {_HINT}.")
+    else:
+        pattern, what = path, ""
+    files = sorted(f for f in glob.glob(pattern) if os.path.isfile(f))
+    if not files:
+        raise DataSourceError(f"{what}; {_HINT}.")
+
+    def head(file: str) -> bytes:
+        with open(file, "rb") as f:
+            return f.read(8)
+
+    # empty, compressed without .gz...: say so before TFX starts
+    parser.check_input([(f, os.path.getsize(f)) for f in files], head, pattern)
+    return pattern
 
 
 def download_fra_txt(cache_dir: str, url: str, timeout_s: float) -> str:

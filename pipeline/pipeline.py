@@ -34,6 +34,7 @@ def create_pipeline(
     schema_file: str,
     split_percentages: Sequence[int],
     max_line_bytes: int,
+    max_references: int,
     transform_config: dict[str, Any],
     train_args: trainer_pb2.TrainArgs | RuntimeParameter,
     trainer_config: dict[str, Any] | RuntimeParameter,
@@ -53,7 +54,8 @@ def create_pipeline(
     """
     example_gen = FraTxtExampleGen(input_base=data_root, file_pattern=data_file_pattern,
                                    split_percentages=split_percentages,
-                                   max_line_bytes=max_line_bytes)
+                                   max_line_bytes=max_line_bytes,
+                                   max_references=max_references)
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
     schema_gen = ImportSchemaGen(schema_file=schema_file)
     example_validator = StrictExampleValidator(statistics=statistics_gen.outputs["statistics"],

@@ -48,7 +48,7 @@ import yaml
 from google.protobuf import json_format, struct_pb2
 from ml_metadata.proto import metadata_store_pb2 as mlmd_pb
 
-from components.fra_example_gen.executor import file_fingerprint
+from components.fra_example_gen import fingerprint
 
 # client.go
 PIPELINE_CONTEXT, RUN_CONTEXT = "system.Pipeline", "system.PipelineRun"
@@ -576,6 +576,13 @@ def write_data(root: str) -> str:
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(FRA_LINES) + "\n")
     return path
+
+
+def file_fingerprint(path: str) -> dict[str, Any]:
+    """What the real executor records of a one-file input (path, size, sha256)."""
+    size = os.path.getsize(path)
+    return fingerprint.input_summary(path, {path: size},
+                                     {path: fingerprint.file_digest(path, size)})
 
 
 def write_store(config: mlmd_pb.ConnectionConfig, spec: Any, data_path: str) -> KfpStore:

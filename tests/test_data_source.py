@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import gzip
 import http.server
 import io
 import os
@@ -10,8 +11,10 @@ import zipfile
 
 import pytest
 
+from components.fra_example_gen import parser
 from helpers import run_nmt
 from pipeline import data_source
+from pipeline.config import PipelineConfig, split_data_path
 
 
 @pytest.fixture
@@ -79,3 +82,34 @@ def test_verified_download_is_cached(serve, tmp_path, fra_txt, monkeypatch):
     assert data_source.sha256_of(path) == data_source.FRA_TXT_SHA256
     os.remove(directory / "fra-eng.zip")  # a second call must not need the network
     assert data_source.resolve_data_path(None, cache_dir=cache, url=f"{url}/fra-eng.zip") == path
+
+
+def test_a_directory_or_a_glob_of_plain_and_gzip_files_is_accepted(tmp_path):
+    (tmp_path / "a.txt").write_text("Go.\tVa !\n")
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"Hi.\tSalut !\n"))
+    (tmp_path / "empty.txt").write_bytes(b"")  # an empty shard among others is fine
+    assert data_source.resolve_data_path(str(tmp_path)) == str(tmp_path / "*")
+    assert data_source.resolve_data_path(str(tmp_path / "*.gz")) == str(tmp_path / "*.gz")
+    config = PipelineConfig(data_path=str(tmp_path / "*.gz"))
+    assert (config.data_root, config.data_file_pattern) == (str(tmp_path), "*.gz")
+
+
+@pytest.mark.parametrize("path, root, pattern", [
+    ("/d/fra.txt", "/d", "fra.txt"),
+    ("/d/*", "/d", "*"),
+    ("gs://b/x/*/part-*.gz", "gs://b/x", "*/part-*.gz"),
+    ("gs://b/fra.txt", "gs://b", "fra.txt"),
+])
+def test_the_data_path_splits_into_example_gen_root_and_pattern(path, root, pattern):
+    assert split_data_path(path) == (root, pattern)
+
+
+def test_an_input_matching_nothing_or_only_empty_files_is_refused(tmp_path):
+    with pytest.raises(data_source.DataSourceError, match="a directory with no files"):
+        data_source.resolve_data_path(str(tmp_path))
+    with pytest.raises(data_source.DataSourceError, match="which matches no file"):
+        data_source.resolve_data_path(str(tmp_path / "*.txt"))
+    (tmp_path / "a.txt").write_bytes(b"")
+    (tmp_path / "b.txt").write_bytes(b"")
+    with pytest.raises(parser.InputDataError, match=r"Every file matching .*\* is empty"):
+        data_source.resolve_data_path(str(tmp_path))

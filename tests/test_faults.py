@@ -161,7 +161,7 @@ def test_disk_full_in_example_gen_leaves_nothing_and_a_rerun_succeeds(tmp_path, 
 def test_unusable_data_path_is_one_sentence_before_anything_runs(tmp_path, kind):
     path = tmp_path / "fra.txt"
     expected = {"empty": f"The input file {path} is empty (0 bytes)",
-                "directory": f"--data points to '{tmp_path}', which is a directory",
+                "directory": f"--data points to '{tmp_path}', a directory with no files",
                 "gzip": f"The input file {path} is gzip-compressed, not text",
                 "zip": f"The input file {path} is zip-compressed, not text"}[kind]
     if kind == "empty":

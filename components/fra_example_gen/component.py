@@ -9,12 +9,11 @@ from typing import Any, Sequence
 from tfx.components.example_gen import driver, utils
 from tfx.components.example_gen.component import FileBasedExampleGen
 from tfx.dsl.components.base import executor_spec
-from tfx.dsl.io import fileio
 from tfx.proto import example_gen_pb2
 from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
-from components.fra_example_gen import executor, parser
+from components.fra_example_gen import executor, fingerprint, parser, source
 
 SPLIT_NAMES = ("train", "eval", "test")
 PARTITION_FEATURE = "english"
@@ -42,14 +41,16 @@ def split_output_config(percentages: Sequence[int]) -> example_gen_pb2.Output:
 
 
 class ContentFingerprintDriver(driver.FileBasedDriver):
-    """TFX's driver, with the input files' modification times replaced by their sha256.
+    """TFX's driver, with the input files' modification times replaced by content digests
+    (sha256, or an object store's own checksum: fingerprint.file_digest).
 
     TFX fingerprints input files by size and modification time (in seconds), and the
     fingerprint is part of ExampleGen's cache key. So an edited fra.txt of the same size whose
     mtime was kept (`cp -p`, `rsync -t`, a restored backup) would reuse stale examples, and an
     identical one with a new mtime (a copy, a checkout, a restored volume) would re-run
     ExampleGen and everything downstream, the Trainer included. Keyed by content, a changed
-    file re-executes and an unchanged one is cached.
+    file re-executes and an unchanged one is cached. The executor reuses these digests, so
+    each file is hashed once per run.
     """
 
     def resolve_exec_properties(self, exec_properties: dict[str, Any], pipeline_info,
@@ -60,20 +61,24 @@ class ContentFingerprintDriver(driver.FileBasedDriver):
         proto_utils.json_to_proto(exec_properties[standard_component_specs.INPUT_CONFIG_KEY],
                                   input_config)
         input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
-        digests = [f"{path} sha256:{executor.file_fingerprint(path)['sha256']}"
+        digests = {m.path: fingerprint.file_digest(m.path, m.size_in_bytes)
                    for split in input_config.splits
-                   for path in sorted(fileio.glob(os.path.join(input_base, split.pattern)))]
+                   for m in source.match_files(os.path.join(input_base, split.pattern))}
         # "split:NAME,num_files:N,total_bytes:B,xor_checksum:MTIME,sum_checksum:MTIME" per split
         sizes = _MTIME_CHECKSUMS.sub("", exec_properties[utils.FINGERPRINT_PROPERTY_NAME])
-        exec_properties[utils.FINGERPRINT_PROPERTY_NAME] = "\n".join([sizes, *digests])
+        exec_properties[utils.FINGERPRINT_PROPERTY_NAME] = "\n".join(
+            [sizes, fingerprint.format_manifest(digests)])
         return exec_properties
 
 
 class FraTxtExampleGen(FileBasedExampleGen):
-    """Reads `<input_base>/<file_pattern>` (English<TAB>French[<TAB>attribution] lines).
+    """Reads the files `<input_base>/<file_pattern>` matches, plain or .gz
+    (English<TAB>French[<TAB>attribution] lines).
 
     Emits one tf.Example per distinct English sentence: `english` (bytes) and `french`
-    (bytes list, every reference in file order), split train/eval/test by English sentence.
+    (bytes list: its distinct references, at most `max_references`, in file order), split
+    train/eval/test by English sentence. `range_bytes`: how much of a plain file one worker
+    reads at a time.
     """
 
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
@@ -81,10 +86,14 @@ class FraTxtExampleGen(FileBasedExampleGen):
 
     def __init__(self, input_base, file_pattern: str = "fra.txt",
                  split_percentages: Sequence[int] = (80, 10, 10),
-                 max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES):
+                 max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES,
+                 max_references: int = parser.DEFAULT_MAX_REFERENCES,
+                 range_bytes: int = source.DEFAULT_RANGE_BYTES):
         super().__init__(
             input_base=input_base,
             input_config=example_gen_pb2.Input(splits=[
                 example_gen_pb2.Input.Split(name="single_split", pattern=file_pattern)]),
             output_config=split_output_config(split_percentages),
-            custom_config={executor.MAX_LINE_BYTES_KEY: max_line_bytes})
+            custom_config={executor.MAX_LINE_BYTES_KEY: max_line_bytes,
+                           executor.MAX_REFERENCES_KEY: max_references,
+                           executor.RANGE_BYTES_KEY: range_bytes})

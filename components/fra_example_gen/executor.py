@@ -1,30 +1,35 @@
-"""Beam executor: fra.txt lines -> one tf.Example per distinct English sentence.
+"""Beam executor: fra.txt-style lines -> one tf.Example per distinct English sentence.
 
 Built on TFX's file-based ExampleGen: it supplies the input PTransform; TFX does the
 hash split on the `english` feature (so no sentence is in two splits) and writes TFRecords.
-Every rejected line is counted by reason into `parse_report.json` beside the splits and
-into the Examples artifact's custom properties.
+The input is one file or many (plain or .gz), read in parallel ranges (source.ReadLines).
+Every rejected line is counted by reason and file into `parse_report.json` beside the splits
+and into the Examples artifact's custom properties, with the pairs dropped as duplicates or
+over the per-sentence cap.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-from typing import Any, Iterator
+from typing import Any
 
 import apache_beam as beam
 import tensorflow as tf
+from tfx.components.example_gen import utils
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components.fra_example_gen import parser
+from components.fra_example_gen import fingerprint, parser, references, source
 
 _LOG = logging.getLogger(__name__)
 
 REPORT_FILE = "parse_report.json"
 MAX_LINE_BYTES_KEY = "max_line_bytes"
+MAX_REFERENCES_KEY = "max_references"
+RANGE_BYTES_KEY = "range_bytes"
 _REPORT_PATH_KEY = "_parse_report_path"  # set by Executor.Do for the PTransform
+_FILES_KEY = "_input_files"  # set by Executor.Do: the matched files, for the PTransform
 
 
 def _custom_config(exec_properties: dict[str, Any]) -> dict[str, Any]:
@@ -32,35 +37,11 @@ def _custom_config(exec_properties: dict[str, Any]) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
-def read_and_parse(path: str, max_line_bytes: int) -> Iterator[parser.ParsedLine]:
-    """Streams one file's lines (binary, so bad bytes reach the parser) as ParsedLines."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        yield from parser.parse_lines(parser.read_lines(f, max_line_bytes), max_line_bytes)
-
-
-def check_input_file(path: str) -> None:
-    """Refuses an empty or compressed file (parser.InputDataError) before Beam starts."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        parser.check_file_start(path, f.read(8))
-
-
-def file_fingerprint(path: str) -> dict[str, Any]:
-    """Path, size and sha256 of the input, for lineage ('which fra.txt made this model?')."""
-    digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return {"path": path, "size_bytes": tf.io.gfile.stat(path).length,
-            "sha256": digest.hexdigest()}
-
-
-def to_example(english: str, references: list[tuple[int, str]]) -> tf.train.Example:
-    """All French references of one English sentence, in file order."""
-    french = [text.encode("utf-8") for _, text in sorted(references)]
-    return tf.train.Example(features=tf.train.Features(feature={
-        "english": tf.train.Feature(bytes_list=tf.train.BytesList(value=[english.encode("utf-8")])),
-        "french": tf.train.Feature(bytes_list=tf.train.BytesList(value=french)),
-    }))
+def _input_pattern(exec_properties: dict[str, Any]) -> str:
+    return os.path.join(
+        exec_properties[standard_component_specs.INPUT_BASE_KEY],
+        json.loads(exec_properties[standard_component_specs.INPUT_CONFIG_KEY])
+        ["splits"][0]["pattern"])
 
 
 def read_split(examples_uri: str, split: str) -> list[tuple[str, list[str]]]:
@@ -75,27 +56,76 @@ def read_split(examples_uri: str, split: str) -> list[tuple[str, list[str]]]:
     return rows
 
 
+def to_example(english: str, refs: list[tuple[Any, str]]) -> tf.train.Example:
+    """All kept French references of one English sentence, in (position) order."""
+    example = tf.train.Example()
+    features = example.features.feature
+    features["english"].bytes_list.value.append(english.encode("utf-8"))
+    french = features["french"].bytes_list
+    french.SetInParent()  # present even when empty, as before
+    french.value.extend([text.encode("utf-8") for _, text in sorted(refs)])
+    return example
+
+
 class _ReportCombineFn(beam.CombineFn):
-    def create_accumulator(self) -> parser.ParseReport:
-        return parser.ParseReport()
+    """source.RangeReport -> {path: ParseReport}."""
 
-    def add_input(self, report: parser.ParseReport, line: parser.ParsedLine) -> parser.ParseReport:
-        return report.add(line)
+    def create_accumulator(self) -> dict[str, parser.ParseReport]:
+        return {}
 
-    def merge_accumulators(self, reports) -> parser.ParseReport:
-        merged = parser.ParseReport()
-        for report in reports:
-            merged.merge(report)
+    def add_input(self, reports: dict[str, parser.ParseReport], ranged: source.RangeReport
+                  ) -> dict[str, parser.ParseReport]:
+        reports.setdefault(ranged.path, parser.ParseReport()).merge(ranged.report)
+        return reports
+
+    def merge_accumulators(self, accumulators) -> dict[str, parser.ParseReport]:
+        merged: dict[str, parser.ParseReport] = {}
+        for reports in accumulators:
+            for path, report in reports.items():
+                merged.setdefault(path, parser.ParseReport()).merge(report)
         return merged
 
-    def extract_output(self, report: parser.ParseReport) -> parser.ParseReport:
-        return report
+    def extract_output(self, reports: dict[str, parser.ParseReport]
+                       ) -> dict[str, parser.ParseReport]:
+        return reports
 
 
-def _write_report(report: parser.ParseReport, num_examples: int, path: str) -> None:
-    payload = {**report.to_dict(), "examples": num_examples}
+def _write_report(reports: dict[str, parser.ParseReport], paths: list[str],
+                  counts: tuple[int, int, int], max_references: int, path: str) -> None:
+    num_examples, duplicates, over_cap = counts
+    files = {p: (reports[p] if p in reports else parser.ParseReport()).to_dict() for p in paths}
+    payload = {**parser.total_report(files), "examples": num_examples,
+               "duplicate_pairs": duplicates, "references_over_cap": over_cap,
+               "max_references": max_references}
     with tf.io.gfile.GFile(path, "w") as f:
         json.dump(payload, f, indent=2, sort_keys=True)
+
+
+_COUNTS = "counts"
+
+
+class _ToExample(beam.DoFn):
+    """(English, Capped) -> tf.Example; the examples and the references left out by the cap
+    are counted per bundle and output once, under _COUNTS, as (examples, 0, over cap)."""
+
+    def start_bundle(self) -> None:
+        self._examples = self._over_cap = 0
+
+    def process(self, element):
+        english, capped = element
+        self._examples += 1
+        self._over_cap += capped.dropped
+        yield to_example(english, capped.references)
+
+    def finish_bundle(self):
+        if self._examples:
+            yield beam.pvalue.TaggedOutput(_COUNTS, beam.transforms.window.GlobalWindows
+                                           .windowed_value((self._examples, 0, self._over_cap)))
+
+
+def _add_counts(counts) -> tuple[int, int, int]:
+    """(examples, duplicate pairs, references over the cap), added up."""
+    return tuple(map(sum, zip((0, 0, 0), *counts)))
 
 
 @beam.ptransform_fn
@@ -103,33 +133,31 @@ def _write_report(report: parser.ParseReport, num_examples: int, path: str) -> N
 @beam.typehints.with_output_types(tf.train.Example)
 def _FraTxtToExample(pipeline: beam.Pipeline, exec_properties: dict[str, Any],
                      split_pattern: str) -> beam.pvalue.PCollection:
-    input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
-    max_line_bytes = int(_custom_config(exec_properties).get(
-        MAX_LINE_BYTES_KEY, parser.DEFAULT_MAX_LINE_BYTES))
-    files = sorted(tf.io.gfile.glob(os.path.join(input_base, split_pattern)))
-    if not files:
-        raise FileNotFoundError(f"No input file matches {split_pattern!r} in {input_base!r}.")
-    if len(files) > 1:
-        raise ValueError(f"Expected one fra.txt, found {len(files)} files matching "
-                         f"{split_pattern!r} in {input_base!r}: {files}")
-    check_input_file(files[0])
-    lines = (pipeline
-             | "InputFile" >> beam.Create(files)
-             | "ReadAndParse" >> beam.FlatMap(read_and_parse, max_line_bytes)
-             | "Distribute" >> beam.Reshuffle())
-    examples = (lines
-                | "KeepPairs" >> beam.Filter(lambda line: line.kept)
-                | "KeyByEnglish" >> beam.Map(lambda line: (line.english,
-                                                           (line.line_number, line.french)))
-                | "GroupByEnglish" >> beam.GroupByKey()
-                | "ToExample" >> beam.MapTuple(lambda english, refs: to_example(english, list(refs))))
+    config = _custom_config(exec_properties)
+    max_line_bytes = int(config.get(MAX_LINE_BYTES_KEY, parser.DEFAULT_MAX_LINE_BYTES))
+    max_references = int(config.get(MAX_REFERENCES_KEY, parser.DEFAULT_MAX_REFERENCES))
+    range_bytes = int(config.get(RANGE_BYTES_KEY, source.DEFAULT_RANGE_BYTES))
+    files = exec_properties.get(_FILES_KEY) or source.match_files(os.path.join(
+        exec_properties[standard_component_specs.INPUT_BASE_KEY], split_pattern))
+    source.check_files(files, split_pattern)
+    # Parsed and keyed as they are read; the parse report comes once per range.
+    read = pipeline | "ReadPairs" >> source.ReadPairs(files, max_line_bytes, range_bytes)
+    grouped, duplicates = (read.pairs
+                           | "GroupReferences" >> references.GroupReferences(max_references))
+    converted = grouped | "ToExample" >> beam.ParDo(_ToExample()).with_outputs(
+        _COUNTS, main="examples")
     report_path = exec_properties.get(_REPORT_PATH_KEY)
     if report_path:
-        num_examples = beam.pvalue.AsSingleton(examples | "CountExamples" >> beam.combiners.Count.Globally())
-        _ = (lines
+        counts = ((converted[_COUNTS],
+                   duplicates | "AsCounts" >> beam.Map(lambda number: (0, number, 0)))
+                  | "AllCounts" >> beam.Flatten()
+                  | "AddCounts" >> beam.CombineGlobally(_add_counts))
+        _ = (read[source.REPORTS]
              | "Report" >> beam.CombineGlobally(_ReportCombineFn())
-             | "WriteReport" >> beam.Map(_write_report, num_examples, report_path))
-    return examples
+             | "WriteReport" >> beam.Map(
+                 _write_report, sorted(m.path for m in files), beam.pvalue.AsSingleton(counts),
+                 max_references, report_path))
+    return converted.examples
 
 
 class Executor(BaseExampleGenExecutor):
@@ -142,18 +170,25 @@ class Executor(BaseExampleGenExecutor):
         examples = artifact_utils.get_single_instance(
             output_dict[standard_component_specs.EXAMPLES_KEY])
         report_path = os.path.join(examples.uri, REPORT_FILE)
-        super().Do(input_dict, output_dict, {**exec_properties, _REPORT_PATH_KEY: report_path})
+        pattern = _input_pattern(exec_properties)
+        files = source.match_files(pattern)  # once, for the PTransform and the fingerprint
+        super().Do(input_dict, output_dict, {**exec_properties, _REPORT_PATH_KEY: report_path,
+                                             _FILES_KEY: files})
 
         with tf.io.gfile.GFile(report_path) as f:
             report = json.load(f)
-        files = tf.io.gfile.glob(os.path.join(
-            exec_properties[standard_component_specs.INPUT_BASE_KEY],
-            json.loads(exec_properties[standard_component_specs.INPUT_CONFIG_KEY])
-            ["splits"][0]["pattern"]))
-        report["input"] = file_fingerprint(files[0])
+        # The driver hashed every file for the cache key this very run: reuse its digests.
+        digests = fingerprint.reuse_or_compute(
+            [(m.path, m.size_in_bytes) for m in files],
+            fingerprint.parse_manifest(exec_properties.get(utils.FINGERPRINT_PROPERTY_NAME) or ""))
+        for path, digest in digests.items():
+            report["files"][path]["digest"] = digest
+        report["input"] = fingerprint.input_summary(
+            pattern, {m.path: m.size_in_bytes for m in files}, digests)
         with tf.io.gfile.GFile(report_path, "w") as f:
             json.dump(report, f, indent=2, sort_keys=True)
-        for key in ("lines_read", "pairs_kept", "lines_rejected", "examples"):
+        for key in ("lines_read", "pairs_kept", "lines_rejected", "examples", "duplicate_pairs",
+                    "references_over_cap"):
             examples.set_int_custom_property(key, report[key])
         for key, value in report["input"].items():
             examples.set_string_custom_property(f"input_{key}", str(value))
@@ -167,13 +202,24 @@ class Executor(BaseExampleGenExecutor):
 
 def summarize(report: dict[str, Any]) -> str:
     """The parse report as one sentence, e.g. for logs and the CLI."""
-    text = (f"read {report['lines_read']} lines of {report['input']['path']}, "
+    several = len(report["files"]) > 1
+    files = f" ({len(report['files'])} files)" if several else ""
+    text = (f"read {report['lines_read']} lines of {report['input']['path']}{files}, "
             f"kept {report['pairs_kept']} sentence pairs as {report['examples']} examples "
-            f"(one per English sentence), rejected {report['lines_rejected']}")
+            f"(one per English sentence)")
+    if report["duplicate_pairs"] or report["references_over_cap"]:
+        text += (f" after dropping {report['duplicate_pairs']} duplicate pairs and "
+                 f"{report['references_over_cap']} references over the cap of "
+                 f"{report['max_references']} per sentence")
+    text += f", rejected {report['lines_rejected']}"
     rejected = report["rejected_by_reason"]
     if not rejected:
         return text + "."
+
+    def where(sample: dict[str, Any]) -> str:
+        return f"{sample['file']} line {sample['line']}" if several else f"line {sample['line']}"
+
     details = "; ".join(
-        f"{reason}: {info['count']} (e.g. line {', '.join(map(str, info['sample_line_numbers']))})"
+        f"{reason}: {info['count']} (e.g. {', '.join(where(s) for s in info['samples'])})"
         for reason, info in rejected.items())
     return f"{text} [{details}]."
