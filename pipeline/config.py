@@ -32,7 +32,9 @@ DEFAULT_MAX_METRIC_DROP = 1.0
 def split_data_path(path: str) -> tuple[str, str]:
     """'/d/fra.txt' -> ('/d', 'fra.txt'); 'gs://b/x/*/part-*.gz' -> ('gs://b/x', '*/part-*.gz')."""
     wildcard = min((path.index(c) for c in "*?[" if c in path), default=len(path))
-    cut = path.rindex("/", 0, wildcard)
+    cut = path.rfind("/", 0, wildcard)
+    if cut < 0:  # a bare file name or pattern: the working directory
+        return ".", path
     return path[:cut] or "/", path[cut + 1:]
 
 

@@ -99,6 +99,7 @@ def test_a_directory_or_a_glob_of_plain_and_gzip_files_is_accepted(tmp_path):
     ("/d/*", "/d", "*"),
     ("gs://b/x/*/part-*.gz", "gs://b/x", "*/part-*.gz"),
     ("gs://b/fra.txt", "gs://b", "fra.txt"),
+    ("fra.txt", ".", "fra.txt"),  # a bare name: the working directory
 ])
 def test_the_data_path_splits_into_example_gen_root_and_pattern(path, root, pattern):
     assert split_data_path(path) == (root, pattern)
