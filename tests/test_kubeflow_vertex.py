@@ -105,7 +105,7 @@ def test_submit_creates_a_pipeline_job_from_the_compiled_template(vertex_api, ve
                                                                    capsys, caplog):
     code = nmt_kubeflow("submit", "--package", vertex_package, *vertex_flags(vertex_api),
                         "--param", "data_root=gs://nmt-bucket/2025-06",
-                        "--param", 'trainer_config={"profile": "base"}',
+                        "--param", 'trainer_config={"profile": "base", "min_bleu": 25}',
                         "--pipeline-root", "gs://other-bucket/runs", "--name", "nightly",
                         "--service-account", "runner@nmt-project.iam.gserviceaccount.com")
     out, err = capsys.readouterr()
@@ -119,7 +119,8 @@ def test_submit_creates_a_pipeline_job_from_the_compiled_template(vertex_api, ve
     assert runtime["gcsOutputDirectory"] == "gs://other-bucket/runs"
     assert runtime["parameterValues"]["data_root"] == "gs://nmt-bucket/2025-06"
     trainer_config = json.loads(runtime["parameterValues"]["trainer_config"])
-    assert trainer_config["profile"] == "base"  # merged over the compiled default
+    # Merged over the compiled default; a new profile needs the threshold its gate judges by.
+    assert (trainer_config["profile"], trainer_config["min_bleu"]) == ("base", 25)
     assert trainer_config["checkpoint_root"] == PIPELINE_ROOT + "/checkpoints"
     assert job["serviceAccount"] == "runner@nmt-project.iam.gserviceaccount.com"
     # aiplatform checks that the root's bucket exists and belongs to the project.
