@@ -124,10 +124,10 @@ def runtime_parameters(config: PipelineConfig, trainer_extra: Mapping[str, Any] 
     values are the defaults. Each name is both the argument and the KFP parameter.
 
     TFX takes a runtime parameter only for a whole component setting, so the Trainer's are
-    JSON strings: train_args='{"num_steps": 5000}' (0: the profile's steps) and
-    trainer_config='{"profile": "base", ...}' (the vocabulary stays the compiled one;
-    `nmt kubeflow submit` merges a partial one over this default). `trainer_extra`: more
-    Trainer custom_config keys (VertexTraining's).
+    JSON strings: train_args='{"num_steps": 5000}' (0: the profile's time budget) and
+    trainer_config='{"train_minutes": 60, ...}' (TrainerSettings; the vocabulary stays the
+    compiled one; `nmt kubeflow submit` merges a partial one over this default). `trainer_extra`:
+    more Trainer custom_config keys (VertexTraining's).
     """
     arguments = pipeline_arguments(config)
     return {
