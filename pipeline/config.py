@@ -12,7 +12,7 @@ from trainer_module.settings import TrainerSettings
 from trainer_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_VOCABULARY,
                                    DEFAULT_SPLIT_ELISIONS, DEFAULT_VOCAB_SIZE,
                                    DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
-                                   DEFAULT_WORDPIECE_MIN_COUNT)
+                                   DEFAULT_WORDPIECE_MAX_WORDS, DEFAULT_WORDPIECE_MIN_COUNT)
 
 PIPELINE_NAME = "nmt-fra-eng"
 # Each component's entry module (its code fingerprint starts there: pipeline/code_version.py).
@@ -60,6 +60,7 @@ class PipelineConfig:
     split_elisions: bool = DEFAULT_SPLIT_ELISIONS  # French l'homme -> l' homme
     joint_vocabulary: bool = DEFAULT_JOINT_VOCABULARY  # one vocabulary, tied embeddings
     wordpiece_min_count: int = DEFAULT_WORDPIECE_MIN_COUNT  # rarer pieces are not learned
+    wordpiece_max_words: int = DEFAULT_WORDPIECE_MAX_WORDS  # the learner's input, most frequent
     train_steps: int | None = None  # exactly this many steps (None: the profile's budget)
     train_minutes: float | None = None  # time budget (None: the profile's)
     precision: str | None = None  # None: the profile's (hparams.PRECISIONS)
@@ -123,6 +124,7 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
                           "split_elisions": config.split_elisions,
                           "joint_vocabulary": config.joint_vocabulary,
                           "wordpiece_min_count": config.wordpiece_min_count,
+                          "wordpiece_max_words": config.wordpiece_max_words,
                           "code_version": code_version(TRANSFORM_MODULE)},
         train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config=trainer.to_config(),

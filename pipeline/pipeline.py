@@ -21,6 +21,7 @@ from components.fra_example_gen.component import FraTxtExampleGen
 from components.strict_example_validator import StrictExampleValidator
 from pipeline.config import TRAINER_MODULE, TRANSFORM_MODULE
 from pipeline.eval_config import make_eval_config
+from pipeline.stats_options import make_stats_options
 
 PREPROCESSING_FN = f"{TRANSFORM_MODULE}.preprocessing_fn"
 RUN_FN = f"{TRAINER_MODULE}.run_fn"
@@ -56,14 +57,16 @@ def create_pipeline(
                                    split_percentages=split_percentages,
                                    max_line_bytes=max_line_bytes,
                                    max_references=max_references)
-    statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
+    statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"],
+                                   stats_options=make_stats_options())
     schema_gen = ImportSchemaGen(schema_file=schema_file)
     example_validator = StrictExampleValidator(statistics=statistics_gen.outputs["statistics"],
                                                schema=schema_gen.outputs["schema"])
     transform = Transform(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
         preprocessing_fn=PREPROCESSING_FN,
-        custom_config=transform_config)
+        custom_config=transform_config,
+        disable_statistics=True)  # StatisticsGen has the raw data's; nothing reads Transform's
     transform.add_upstream_node(example_validator)  # never transform data that failed validation
     trainer = Trainer(
         run_fn=RUN_FN,

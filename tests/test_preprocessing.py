@@ -187,8 +187,8 @@ def test_separate_vocabularies_are_not_shared():
 
 def test_wordpiece_min_count_lets_rarer_pieces_in():
     counts = collections.Counter({b"maison": 4, b"maisons": 3, b"chat": 12, b"chats": 11})
-    default = pp.learn_wordpiece(counts, 1000)
-    lower = pp.learn_wordpiece(counts, 1000, min_count=3)
+    default = pp.learn_wordpiece(counts.items(), 1000)
+    lower = pp.learn_wordpiece(counts.items(), 1000, min_count=3)
     assert "chat" in default and "maison" not in default
     assert "maison" in lower and set(default) < set(lower)
 
@@ -196,17 +196,57 @@ def test_wordpiece_min_count_lets_rarer_pieces_in():
 
 def test_wordpiece_vocabulary_is_capped_when_the_learner_overshoots():
     counts = collections.Counter({w: 3 for w in (b"chat", b"chien", b"maison", b"voiture")})
-    characters = {p for p in pp.learn_wordpiece(counts, 1000, min_count=3)
+    characters = {p for p in pp.learn_wordpiece(counts.items(), 1000, min_count=3)
                   if len(p.removeprefix("##")) == 1}
     size = len(characters) + 3  # the learner's search stops at min_count 3 with more pieces
-    pieces = pp.learn_wordpiece(counts, size, min_count=3)
+    pieces = pp.learn_wordpiece(counts.items(), size, min_count=3)
     assert len(pieces) == size and characters < set(pieces)  # every word stays spellable
+
+
+def _fra_rows(path: str) -> list[dict[str, list[str]]]:
+    """fra.txt lines -> one row per English sentence with all its references."""
+    references = collections.defaultdict(list)
+    for line in open(path, encoding="utf-8"):
+        english, french = line.split("\t")[:2]
+        references[english].append(french)
+    return [{"english": [e], "french": f} for e, f in references.items()]
+
+
+def _words_counted_in_one_place(rows, side: str) -> collections.Counter:
+    """The old analyzer: every word of one side counted into one Counter on one worker."""
+    sentences = [s for row in rows for s in row[side]]
+    words = pp.tokenize(tf.constant(sentences), split_elisions=side == "french")
+    return collections.Counter(words.flat_values.numpy().tolist())
+
+
+def test_counting_per_word_gives_the_pieces_of_one_global_count(fra_sample):
+    """Counted per key across workers and cut to the most frequent words (a bound above
+    this data's distinct words), the vocabulary is the one a single global count learns."""
+    rows = _fra_rows(fra_sample)
+    output = pp.analyze_in_memory(rows, {"vocab_size": 2000, "wordpiece_min_count": 3})
+    for side, vocab in (("english", pp.SOURCE_VOCAB), ("french", pp.TARGET_VOCAB)):
+        before = pp.learn_wordpiece(_words_counted_in_one_place(rows, side).items(), 2000, 3)
+        assert [p.decode() for p in output.vocabulary_by_name(vocab)] == before
+
+
+def test_the_learner_sees_only_the_most_frequent_words(fra_sample, caplog):
+    rows = _fra_rows(fra_sample)
+    counts = _words_counted_in_one_place(rows, "english")
+    top = sorted(counts.items(), key=lambda wc: (wc[1], wc[0]), reverse=True)[:300]
+    with caplog.at_level("INFO", logger=pp.__name__):
+        output = pp.analyze_in_memory([{"english": r["english"]} for r in rows], {
+            "vocab_size": 500, "wordpiece_min_count": 3, "wordpiece_max_words": 300})
+    assert [p.decode() for p in output.vocabulary_by_name(pp.SOURCE_VOCAB)] == \
+        pp.learn_wordpiece(top, 500, 3)
+    assert f"from 300 distinct words (the 300 most frequent of {len(counts):,}: " \
+        "wordpiece_max_words)" in caplog.text
 
 
 @pytest.mark.parametrize("config, message", [
     ({"whole_numbers": "yes"}, "whole_numbers must be true or false, got 'yes'"),
     ({"split_elisions": 1}, "split_elisions must be true or false"),
     ({"wordpiece_min_count": 0}, "wordpiece_min_count must be a positive integer, got 0"),
+    ({"wordpiece_max_words": 0}, "wordpiece_max_words must be a positive integer, got 0"),
     ({"vocab_size": 2.5}, "vocab_size must be a positive integer"),
     ({"tokenizer": "bpe"}, "unknown tokenizer 'bpe'"),
 ])

@@ -67,6 +67,9 @@ class HParams:
     # buffer smaller than the ~133k training pairs makes each pass run from short to long.
     shuffle_pairs: int = 50_000
     seed: int = 0  # shuffling: the same on every worker (their shards are disjoint anyway)
+    # A worker caches its training pairs in memory only if they fit this (0: never); else each
+    # epoch reads them again (input_pipeline.py).
+    cache_megabytes: int = 4096
 
     # Filled in at training time from the vocabulary files, see `with_vocab_sizes`.
     source_vocab_size: int = 0
@@ -119,6 +122,9 @@ class HParams:
             raise ValueError(f"train_minutes must be >= 0, got {self.train_minutes}")
         if self.beam_width < 1:
             raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
+        if self.cache_megabytes < 0:
+            raise ValueError(f"cache_megabytes must be >= 0 (0: never cache), got "
+                             f"{self.cache_megabytes}")
         if self.shared_embeddings and self.source_vocab_size != self.target_vocab_size:
             raise ValueError(f"shared_embeddings needs one vocabulary for both sides, got sizes "
                              f"{self.source_vocab_size} and {self.target_vocab_size}")

@@ -1,12 +1,19 @@
 """tf.data input: Transform's output -> length-bucketed batches of (English, French) pairs.
 
 Distributed training (see task.py) builds one training dataset per worker with
-`make_dataset(..., shard=(num_workers, worker_index))`: workers read disjoint slices of the
-examples, shuffle them with the same seed, and each replica takes whole batches of
-`batch_tokens` tokens, so N replicas train N x batch_tokens per step.
+`make_dataset(..., shard=(num_workers, worker_index))`. Each worker reads its own files of
+Transform's output (file-level sharding; Transform writes one file per Beam bundle, so a
+distributed runner writes many), several at once, and parses batches in parallel. Each replica
+takes whole batches of `batch_tokens` tokens, so N replicas train N x batch_tokens per step.
+
+The shuffle: each epoch reads the worker's files in a new order, interleaving
+`_PARALLEL_FILES` of them, and draws pairs from a buffer of `hparams.shuffle_pairs`. The
+pairs are cached in memory only when the worker's share fits `hparams.cache_megabytes`;
+otherwise every epoch reads and parses the files again (nothing unbounded is held).
 """
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import tensorflow as tf
@@ -16,7 +23,13 @@ from trainer_module.hparams import HParams
 from trainer_module.preprocessing import SOURCE_IDS, TARGET_IDS
 from trainer_module.tokens import END_ID, PAD_ID, START_ID
 
+_LOG = logging.getLogger(__name__)
+
 _READ_BATCH = 1024  # examples parsed at once before expanding to pairs
+_PARALLEL_FILES = 8  # files read at once (interleaved) by one worker
+# Cached pairs take about this many bytes of memory per byte of Transform's gzip output
+# (int32 ids plus tf.data's per-element overhead; BENCHMARKS.md, "Training input").
+CACHE_BYTES_PER_FILE_BYTE = 20
 _EVAL_SHUFFLE_PAIRS = 100_000  # more than the eval split has: the sample spans all of it
 VALIDATION_PAIRS = 2_000  # the fixed random sample of the eval split behind "validation loss"
 # Padded lengths of the buckets; batches hold ~batch_tokens tokens whatever the bucket.
@@ -25,17 +38,37 @@ BUCKET_BOUNDARIES = (8, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256)
 Pair = tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]  # ((source, target_in), target_out)
 
 
-def read_pairs(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTransformOutput,
-               hparams: HParams, shard: tuple[int, int] = (1, 0)) -> tf.data.Dataset:
-    """One (source_ids [S], target_ids [T]) per French reference, too-long pairs dropped.
-
-    shard=(n, i) keeps every n-th example starting at the i-th (all references of an example
-    stay together), so n workers read disjoint parts whatever the number of files.
-    """
-    files = tf.io.gfile.glob(file_pattern) if isinstance(file_pattern, str) else [
-        f for pattern in file_pattern for f in tf.io.gfile.glob(pattern)]
+def match_files(file_pattern: str | Sequence[str]) -> list[str]:
+    """The sorted files of one or more patterns; an error names the patterns if none match."""
+    patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
+    files = sorted(f for pattern in patterns for f in tf.io.gfile.glob(pattern))
     if not files:
         raise FileNotFoundError(f"No transformed examples match {file_pattern!r}.")
+    return files
+
+
+def worker_files(files: list[str], shard: tuple[int, int]) -> tuple[list[str], tuple[int, int]]:
+    """Worker i of n reads files i, i+n, ... (disjoint, their union all files), and keeps every
+    record: returns (its files, (1, 0)). With fewer files than workers, every worker reads all
+    files and keeps every n-th example: returns (files, shard)."""
+    num_workers, index = shard
+    if len(files) >= num_workers:
+        return files[index::num_workers], (1, 0)
+    _LOG.warning("Transform wrote %d file(s) for %d training workers: each worker reads all "
+                 "of them and keeps every %d-th example. A distributed Beam runner writes one "
+                 "file per bundle.", len(files), num_workers, num_workers)
+    return files, shard
+
+
+def read_pairs(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTransformOutput,
+               hparams: HParams, shard: tuple[int, int] = (1, 0),
+               file_order_seed: int | None = None) -> tf.data.Dataset:
+    """One (source_ids [S], target_ids [T]) per French reference, too-long pairs dropped.
+
+    shard=(n, i): this worker's share (`worker_files`); all references of an example stay
+    together. file_order_seed: None reads the files in order; else in a new order each epoch.
+    """
+    files, record_shard = worker_files(match_files(file_pattern), shard)
     spec = {k: v for k, v in tf_transform_output.transformed_feature_spec().items()
             if k in (SOURCE_IDS, TARGET_IDS)}
 
@@ -43,19 +76,32 @@ def read_pairs(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTra
         features = tf.io.parse_example(serialized, spec)
         targets = features[TARGET_IDS]  # [b, (R), (T)]
         sources = tf.gather(features[SOURCE_IDS], targets.value_rowids())  # one per reference
-        return tf.data.Dataset.from_tensor_slices((sources, targets.values))
+        return sources, targets.values
 
     def fits(source: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         return ((tf.size(source) <= hparams.max_source_length)
                 & (tf.size(target) <= hparams.max_target_length)
                 & (tf.size(source) > 0) & (tf.size(target) > 0))
 
-    return (tf.data.TFRecordDataset(sorted(files), compression_type="GZIP")
-            .shard(*shard)
+    names = tf.data.Dataset.from_tensor_slices(files)
+    if file_order_seed is not None:
+        names = names.shuffle(len(files), seed=file_order_seed, reshuffle_each_iteration=True)
+    return (names
+            .interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
+                        cycle_length=min(len(files), _PARALLEL_FILES),
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .shard(*record_shard)
             .batch(_READ_BATCH)
-            .flat_map(expand)
+            .map(expand, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .unbatch()
             .map(lambda s, t: (tf.cast(s, tf.int32), tf.cast(t, tf.int32)))
             .filter(fits))
+
+
+def fits_in_cache(files: list[str], hparams: HParams) -> bool:
+    """Whether the pairs of `files` are estimated to fit `hparams.cache_megabytes` in memory."""
+    file_bytes = sum(tf.io.gfile.stat(f).length for f in files)
+    return file_bytes * CACHE_BYTES_PER_FILE_BYTE <= hparams.cache_megabytes * 2**20
 
 
 def to_model_inputs(source: tf.Tensor, target: tf.Tensor) -> Pair:
@@ -118,13 +164,26 @@ def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFT
                  hparams: HParams, training: bool, bucketing: bool | None = None,
                  seed: int | None = None, shard: tuple[int, int] = (1, 0),
                  pad_to_boundary: bool | None = None) -> tf.data.Dataset:
-    """Training: cached, shuffled (hparams.shuffle_pairs, seed hparams.seed), repeated forever.
-    Evaluation: one ordered pass.
+    """Training: shuffled (seed: None = hparams.seed), repeated forever, cached in memory if
+    the worker's share fits `hparams.cache_megabytes`. Evaluation: one ordered pass.
 
     bucketing: None follows hparams.bucketing. shard: see `read_pairs`. pad_to_boundary: see
     `batch_pairs`."""
-    pairs = read_pairs(file_pattern, tf_transform_output, hparams, shard).cache()
-    if training:
+    seed = hparams.seed if seed is None else seed
+    if not training:
+        pairs = read_pairs(file_pattern, tf_transform_output, hparams, shard)
+    else:
+        files, _ = worker_files(match_files(file_pattern), shard)
+        cache = fits_in_cache(files, hparams)
+        # A cached dataset keeps its first epoch's file order; its shuffle buffer does the rest.
+        pairs = read_pairs(file_pattern, tf_transform_output, hparams, shard,
+                           file_order_seed=None if cache else seed)
+        if cache:
+            pairs = pairs.cache()
+        else:
+            _LOG.info("The training pairs of %d file(s) do not fit the %s MB cache "
+                      "(cache_megabytes): each epoch reads them again.", len(files),
+                      f"{hparams.cache_megabytes:,}")
         pairs = training_order(pairs, hparams, seed)
     bucketing = hparams.bucketing if bucketing is None else bucketing
     return batch_pairs(pairs, hparams, bucketing, pad_to_boundary=pad_to_boundary).prefetch(

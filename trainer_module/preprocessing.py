@@ -25,7 +25,7 @@ from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_li
 
 from trainer_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_VOCABULARY,
                                    DEFAULT_SPLIT_ELISIONS, DEFAULT_TOKENIZER, DEFAULT_VOCAB_SIZE,
-                                   DEFAULT_WHOLE_NUMBERS,
+                                   DEFAULT_WHOLE_NUMBERS, DEFAULT_WORDPIECE_MAX_WORDS,
                                    DEFAULT_WORDPIECE_MIN_COUNT, END_ID, PAD_ID, START_ID,
                                    TOKENIZERS, UNK_ID)
 
@@ -69,6 +69,9 @@ class TransformSettings:
     one vocabulary learned from both languages (the Trainer then ties the embeddings, see
     `shares_vocabulary`). wordpiece_min_count: the WordPiece learner keeps no piece seen fewer
     times (tensorflow-text's default 10 stops English at ~4,200 pieces, below vocab_size).
+    wordpiece_max_words: the learner is fed only this many most frequent distinct words, so its
+    time and memory stay bounded whatever the corpus (fra.txt has ~25,000 per language: none
+    are dropped there).
     """
     tokenizer: str = DEFAULT_TOKENIZER
     vocab_size: int = DEFAULT_VOCAB_SIZE
@@ -77,6 +80,7 @@ class TransformSettings:
     split_elisions: bool = DEFAULT_SPLIT_ELISIONS
     joint_vocabulary: bool = DEFAULT_JOINT_VOCABULARY
     wordpiece_min_count: int = DEFAULT_WORDPIECE_MIN_COUNT
+    wordpiece_max_words: int = DEFAULT_WORDPIECE_MAX_WORDS
 
     def __post_init__(self) -> None:
         if self.tokenizer not in TOKENIZERS:
@@ -150,7 +154,7 @@ def _vocabulary(words: list[tf.RaggedTensor], vocab_name: str,
     flat = tf.concat([w.flat_values for w in words], axis=0)
     if settings.tokenizer == "wordpiece":
         return wordpiece_vocabulary(flat, settings.vocab_size, vocab_name,
-                                    settings.wordpiece_min_count)
+                                    settings.wordpiece_min_count, settings.wordpiece_max_words)
     return tft.vocabulary(flat, top_k=settings.vocab_size, vocab_filename=vocab_name,
                           frequency_threshold=settings.frequency_threshold)
 
@@ -188,35 +192,52 @@ def _wordpiece_lookup(words: tf.RaggedTensor, vocab_file: tf.Tensor
 
 
 def wordpiece_vocabulary(words: tf.Tensor, vocab_size: int, vocab_name: str,
-                         min_count: int = DEFAULT_WORDPIECE_MIN_COUNT) -> tf.Tensor:
+                         min_count: int = DEFAULT_WORDPIECE_MIN_COUNT,
+                         max_words: int = DEFAULT_WORDPIECE_MAX_WORDS) -> tf.Tensor:
     """A custom Transform analyzer: counts every word [N] of the data set, learns a WordPiece
-    vocabulary of at most `vocab_size` pieces from the counts (tensorflow-text's learner, the
-    one BERT's vocabularies come from) and returns the path of the vocab file (an asset)."""
+    vocabulary of at most `vocab_size` pieces from the `max_words` most frequent words
+    (tensorflow-text's learner, the one BERT's vocabularies come from) and returns the path of
+    the vocab file (an asset)."""
     (path,) = tft.experimental.ptransform_analyzer(
-        inputs=[words], ptransform=_LearnWordpiece(vocab_size, vocab_name, min_count),
+        inputs=[words],
+        ptransform=_LearnWordpiece(vocab_size, vocab_name, min_count, max_words),
         output_dtypes=[tf.string], output_shapes=[[]],
         output_asset_default_values=[b"[UNK]"], name=f"{vocab_name}_wordpiece")
     return path
 
 
 class _LearnWordpiece(tft_beam.experimental.PTransformAnalyzer):
-    """PCollection of [words] batches -> one element: the learned vocabulary file's path."""
+    """PCollection of [words] batches -> one element: the learned vocabulary file's path.
 
-    def __init__(self, vocab_size: int, vocab_name: str, min_count: int) -> None:
+    Nothing here funnels the corpus through one worker: words are counted per key (each worker
+    sums the words it owns), each worker keeps only its `max_words` most frequent before the
+    final merge, and the learner, the one single-threaded step, is fed at most `max_words`.
+    """
+
+    def __init__(self, vocab_size: int, vocab_name: str, min_count: int, max_words: int
+                 ) -> None:
         super().__init__()
-        self.vocab_size, self.vocab_name, self.min_count = vocab_size, vocab_name, min_count
+        self.vocab_size, self.vocab_name = vocab_size, vocab_name
+        self.min_count, self.max_words = min_count, max_words
 
     def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        return (batches
-                | "CountPerBatch" >> beam.Map(lambda batch: collections.Counter(batch[0]))
-                | "CountAll" >> beam.CombineGlobally(_merge_counters)
-                | "Learn" >> beam.Map(self._learn))
+        counts = (batches
+                  | "CountPerBatch" >> beam.FlatMap(
+                      lambda batch: collections.Counter(batch[0]).items())
+                  | "CountPerWord" >> beam.CombinePerKey(sum))
+        distinct = counts | "CountDistinct" >> beam.combiners.Count.Globally()
+        return (counts
+                | "MostFrequent" >> beam.combiners.Top.Of(self.max_words, key=_frequency)
+                | "Learn" >> beam.Map(self._learn, distinct=beam.pvalue.AsSingleton(distinct)))
 
-    def _learn(self, counts: collections.Counter) -> np.ndarray:
+    def _learn(self, counts: list[tuple[bytes, int]], distinct: int) -> np.ndarray:
         start = time.monotonic()
         pieces = learn_wordpiece(counts, self.vocab_size, self.min_count)
-        _LOG.info("Learned %s: %d WordPiece pieces from %d distinct words in %.0f s.",
-                  self.vocab_name, len(pieces), len(counts), time.monotonic() - start)
+        dropped = (f" (the {len(counts):,} most frequent of {distinct:,}: wordpiece_max_words)"
+                   if distinct > len(counts) else "")
+        _LOG.info("Learned %s: %d WordPiece pieces from %s distinct words%s in %.0f s.",
+                  self.vocab_name, len(pieces), f"{len(counts):,}", dropped,
+                  time.monotonic() - start)
         tf.io.gfile.makedirs(self.base_temp_dir)
         path = os.path.join(self.base_temp_dir, self.vocab_name)
         with tf.io.gfile.GFile(path, "w") as f:
@@ -224,20 +245,21 @@ class _LearnWordpiece(tft_beam.experimental.PTransformAnalyzer):
         return np.array(path.encode())
 
 
-def _merge_counters(counters: Iterable[collections.Counter]) -> collections.Counter:
-    total = collections.Counter()
-    for counter in counters:
-        total.update(counter)
-    return total
+def _frequency(word_count: tuple[bytes, int]) -> tuple[int, bytes]:
+    """Top's order: by count, ties by the word itself, so the kept words never depend on how
+    the runner bundled the data."""
+    word, count = word_count
+    return count, word
 
 
-def learn_wordpiece(counts: collections.Counter, vocab_size: int,
+def learn_wordpiece(counts: Iterable[tuple[bytes, int]], vocab_size: int,
                     min_count: int = DEFAULT_WORDPIECE_MIN_COUNT) -> list[str]:
-    """Word (bytes) counts -> at most `vocab_size` pieces: every character seen (alone and as a
-    "##" continuation) plus the most useful longer pieces seen at least `min_count` times, so any
-    word made of seen characters can be spelled. The reserved tokens are not in the file (ids
-    put them first)."""
-    words = [(w.decode(), c) for w, c in counts.items() if w]
+    """(word (bytes), count) pairs -> at most `vocab_size` pieces: every character seen (alone
+    and as a "##" continuation) plus the most useful longer pieces seen at least `min_count`
+    times, so any word made of seen characters can be spelled. The reserved tokens are not in
+    the file (ids put them first). The learner orders pieces by count, then alphabetically, so
+    the order of `counts` does not matter."""
+    words = [(w.decode(), c) for w, c in counts if w]
     pieces = wordpiece.learn(words, vocab_size, reserved_tokens=[], lower_thresh=min_count,
                              joiner=WORDPIECE_JOINER)
     # The learner overshoots vocab_size when its threshold search stops at min_count (e.g. 8,139

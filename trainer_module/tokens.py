@@ -22,3 +22,6 @@ DEFAULT_JOINT_VOCABULARY = False  # one vocabulary for both languages, tied embe
 DEFAULT_VOCAB_SIZE = 8000  # pieces (or words) per language, plus the reserved tokens
 DEFAULT_FREQUENCY_THRESHOLD = 2  # word tokenizer: rarer words become [UNK]
 DEFAULT_WORDPIECE_MIN_COUNT = 10  # the WordPiece learner keeps no rarer piece (tf-text's default)
+# The WordPiece learner is pure Python on one worker: it sees only this many most frequent words,
+# which bounds its time and memory (docs/scaling.md) and is 4x fra.txt's distinct French words.
+DEFAULT_WORDPIECE_MAX_WORDS = 100_000
