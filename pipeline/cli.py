@@ -21,22 +21,13 @@ warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
 
 from pipeline import config as config_lib
 from components.fra_example_gen import parser
+from components.fra_example_gen.splits import parse_split_percentages
 from pipeline import data_source, logs, run_lock
 from pipeline.kubeflow_cli import add_kubeflow_parser
 from pipeline.metadata_cli import add_metadata_parser, add_report_parser
 from pipeline.training_flags import add_training_flags, positive_int, training_config
 from pipeline.translate import TranslateError
 from trainer_module.tokens import DEFAULT_TOKENIZER, TOKENIZERS
-
-
-def _split_percentages(text: str) -> tuple[int, int, int]:
-    try:
-        parts = tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected e.g. 80,10,10, got {text!r}")
-    if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"expected three numbers (train,eval,test), got {text!r}")
-    return parts
 
 
 def _add_run_parser(subparsers) -> None:
@@ -47,8 +38,9 @@ def _add_run_parser(subparsers) -> None:
                      help="where artifacts and metadata.sqlite go "
                           "(default: $NMT_PIPELINE_ROOT or ./nmt_runs)")
     run.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME)
-    run.add_argument("--split", type=_split_percentages, default=(80, 10, 10),
-                     help="train,eval,test percentages (default 80,10,10)")
+    run.add_argument("--split", type=parse_split_percentages, default=(80, 10, 10),
+                     help="train,eval,test percentages, down to 0.0001 (default 80,10,10; "
+                          "on a large corpus e.g. 99.8,0.1,0.1 keeps the Evaluator's split small)")
     run.add_argument("--max-line-bytes", type=int, default=parser.DEFAULT_MAX_LINE_BYTES,
                      help="longer input lines are rejected and counted")
     run.add_argument("--max-references", type=positive_int,

@@ -49,7 +49,7 @@ class PipelineConfig:
     pipeline_name: str = PIPELINE_NAME
     pipeline_root: str = dataclasses.field(default_factory=default_pipeline_root)
     schema_file: str = SCHEMA_FILE
-    split_percentages: tuple[int, int, int] = (80, 10, 10)
+    split_percentages: tuple[float, float, float] = (80, 10, 10)
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
     max_references: int = parser.DEFAULT_MAX_REFERENCES  # French per English sentence
     profile: str = "cpu"  # hyperparameters by name: trainer_module.hparams.PROFILES

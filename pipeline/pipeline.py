@@ -33,7 +33,7 @@ def create_pipeline(
     data_root: str,
     data_file_pattern: str,
     schema_file: str,
-    split_percentages: Sequence[int],
+    split_percentages: Sequence[float],
     max_line_bytes: int,
     max_references: int,
     transform_config: dict[str, Any],

@@ -32,7 +32,7 @@ MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
                   "test_budget": "training", "test_settings": "training",
                   "test_training": "training", "test_imports": "layout"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
-SLOW_FIXTURES = {"overfit"}
+SLOW_FIXTURES = {"overfit", "exported_translator"}
 # `make test` runs on two pytest-xdist workers, and each worker builds its own session- and
 # module-scoped fixtures; so the scheduler below hands out whole modules, and these modules,
 # whose tests share the smoke pipeline root (fixtures smoke_run, smoke_rerun), as one unit.

@@ -3,15 +3,18 @@ duplicate pairs collapsed and references capped per sentence; each input file ha
 run. Real Beam on small fixtures, through the executor itself (no `nmt run`)."""
 from __future__ import annotations
 
+import bisect
 import collections
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import random
 
 import apache_beam as beam
 import pytest
+import tensorflow as tf
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 from google.protobuf import text_format
@@ -23,6 +26,7 @@ from tfx.utils import proto_utils
 
 from components.fra_example_gen import executor, fingerprint, parser, references, source
 from components.fra_example_gen.component import split_output_config
+from components.fra_example_gen.splits import split_hash_buckets
 from helpers import split_records
 from schemas import SCHEMA_FILE
 
@@ -32,7 +36,8 @@ def pairs_text(count: int, start: int = 0) -> bytes:
 
 
 def run_executor(tmp_path, input_base: str, pattern: str, beam_args: tuple[str, ...] = (),
-                 name: str = "examples", **custom_config) -> tuple[dict, str]:
+                 name: str = "examples", split: tuple[float, ...] = (80, 10, 10),
+                 **custom_config) -> tuple[dict, str]:
     """Executor.Do as TFX calls it; returns the parse report and the Examples URI."""
     examples = standard_artifacts.Examples()
     examples.uri = str(tmp_path / name)
@@ -40,7 +45,7 @@ def run_executor(tmp_path, input_base: str, pattern: str, beam_args: tuple[str, 
         "input_base": input_base,
         "input_config": proto_utils.proto_to_json(example_gen_pb2.Input(splits=[
             example_gen_pb2.Input.Split(name="single_split", pattern=pattern)])),
-        "output_config": proto_utils.proto_to_json(split_output_config((80, 10, 10))),
+        "output_config": proto_utils.proto_to_json(split_output_config(split)),
         "custom_config": json.dumps(custom_config),
         "output_data_format": example_gen_pb2.FORMAT_TF_EXAMPLE,
         "output_file_format": example_gen_pb2.FORMAT_TFRECORDS_GZIP}
@@ -89,6 +94,38 @@ def test_a_directory_of_gzip_and_plain_files_gives_examples_and_a_report_per_fil
     gz_sha256 = hashlib.sha256((data / "b.txt.gz").read_bytes()).hexdigest()
     assert files[str(data / "b.txt.gz")]["digest"] == f"sha256:{gz_sha256}"
     assert report["input"]["path"] == str(data / "*")
+
+
+def tfx_split(english: str, buckets: tuple[int, ...]) -> str:
+    """The split TFX's ExampleGen puts a sentence in: sha256 of the serialized `english`
+    feature modulo the total buckets, in the splits' cumulative bucket ranges."""
+    key = tf.train.Feature(bytes_list=tf.train.BytesList(value=[english.encode()]))
+    bucket = int(hashlib.sha256(key.SerializeToString(deterministic=True)).hexdigest(), 16)
+    return ("train", "eval", "test")[bisect.bisect(
+        list(itertools.accumulate(buckets)), bucket % sum(buckets))]
+
+
+def test_a_split_finer_than_whole_percent_routes_by_its_buckets(tmp_path):
+    """99.8/0.1/0.1 is 998/1/1 buckets: a few eval and test sentences (found by TFX's own
+    hash) among train ones land where those buckets say."""
+    buckets = split_hash_buckets((99.8, 0.1, 0.1))
+    assert buckets == (998, 1, 1)
+    by_split = collections.defaultdict(list)
+    for i in itertools.count():
+        by_split[tfx_split(f"Sentence {i}.", buckets)].append(i)
+        if len(by_split["eval"]) >= 2 and len(by_split["test"]) >= 2:
+            break
+    chosen = by_split["train"][:300] + by_split["eval"] + by_split["test"]
+    (tmp_path / "fra.txt").write_bytes("".join(
+        f"Sentence {i}.\tPhrase {i}.\n" for i in chosen).encode())
+
+    _, uri = run_executor(tmp_path, str(tmp_path), "fra.txt", split=(99.8, 0.1, 0.1))
+
+    assert {split: sorted(int(english.split()[1][:-1])
+                          for english, _ in executor.read_split(uri, split))
+            for split in ("train", "eval", "test")} == {
+        "train": sorted(by_split["train"][:300]), "eval": by_split["eval"],
+        "test": by_split["test"]}
 
 
 def tricky_file(lines: int = 300) -> bytes:

@@ -32,6 +32,12 @@ SERVING_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
 EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE = "translate_examples", "transform_features"
 ATTENTION_SIGNATURE = "attention"
 TRANSLATION = "translation"
+# References teacher-forced at once in reference_token_sums. Their logits are [chunk, longest
+# reference + 1, target vocabulary] float32, and the loss's temporaries as much again: 64 x 129
+# x 8k x 4 B is about 260 MB each at the base profile's max_target_length 128 with the default
+# 8,000 pieces. Unchunked, one example of 500 references, or a batch of hundreds of examples,
+# would take gigabytes.
+REFERENCE_CHUNK = 64
 
 
 def _signature(input_name: str):
@@ -123,31 +129,10 @@ class Translator(tf.Module):
                 "target_tokens": tf.gather(self.target_tokens, token_ids)}  # [B, T]
 
     def reference_token_stats(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Teacher-forced on every French reference of each example: sums per example [B]
-        of -log p(token), of argmax-correct tokens and of target tokens (with [end]), from
-        which TFMA computes corpus token accuracy and perplexity."""
+        """reference_token_sums over each serialized example's French references."""
         features = self.tft_layer(tf.io.parse_example(examples, self._raw_spec))
-        references = features[TARGET_IDS]  # [B, (R), (T)]
-        owner = references.value_rowids()  # example of each reference [N]
-        source = tf.gather(features[SOURCE_IDS], owner)[:, :self.hparams.max_source_length]
-        target = references.values  # [N, (T)]
-        edge = tf.RaggedTensor.from_tensor(tf.ones([target.nrows(), 1], target.dtype))
-        target_in = tf.concat([edge * START_ID, target], axis=1).to_tensor(PAD_ID)
-        labels = tf.cast(tf.concat([target, edge * END_ID], axis=1).to_tensor(PAD_ID), tf.int32)
-        logits = self.model((tf.cast(source.to_tensor(PAD_ID), tf.int32),
-                             tf.cast(target_in, tf.int32)), training=False)
-        weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
-        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
-                          tf.float32)
-        batch = tf.shape(examples)[0]
-
-        def per_example(per_token: tf.Tensor) -> tf.Tensor:
-            return tf.math.unsorted_segment_sum(tf.reduce_sum(per_token * weights, axis=1),
-                                                owner, batch)
-
-        return {"token_nll": per_example(token_cross_entropy(labels, logits)),
-                "token_correct": per_example(correct),
-                "token_count": per_example(tf.ones_like(weights))}
+        return reference_token_sums(self.model, features[SOURCE_IDS], features[TARGET_IDS],
+                                    self.hparams)
 
     @_signature("examples")
     def serve_examples(self, examples):
@@ -158,6 +143,60 @@ class Translator(tf.Module):
     def serve_transform_features(self, examples):
         features = self.tft_layer({ENGLISH: tf.reshape(self.parse_english(examples), [-1, 1])})
         return {LENGTH_BUCKET: features[LENGTH_BUCKET]}
+
+
+def reference_token_sums(model: Transformer, source_ids: tf.RaggedTensor,
+                         references: tf.RaggedTensor, hparams: HParams) -> dict[str, tf.Tensor]:
+    """Teacher-forced on every French reference of each example: sums per example [B] of
+    -log p(token), of argmax-correct tokens and of target tokens (with [end]), from which TFMA
+    computes corpus token accuracy and perplexity.
+
+    source_ids [B, (S)] and references [B, (R), (T)] are Transform's ids. The source is cut at
+    max_source_length, as translate() cuts it. A reference longer than max_target_length (the
+    longest target the model trains on) is scored on its first max_target_length tokens only,
+    without [end]: the reference does not end there. The references go through the model
+    REFERENCE_CHUNK at a time, so memory is bounded whatever an example or a batch holds.
+    """
+    batch = references.nrows()
+    owner = references.value_rowids()  # example of each reference [N]
+    sources = source_ids[:, :hparams.max_source_length]
+    targets = references.values  # [N, (T)]
+    cut = targets.row_lengths() > hparams.max_target_length  # [N]
+    targets = targets[:, :hparams.max_target_length]
+
+    def chunk_sums(start: tf.Tensor, nll: tf.Tensor, correct: tf.Tensor, count: tf.Tensor
+                   ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        end = tf.minimum(start + REFERENCE_CHUNK, targets.nrows())
+        rows = owner[start:end]
+        target = targets[start:end]
+        first = tf.RaggedTensor.from_tensor(
+            tf.fill([end - start, 1], tf.constant(START_ID, target.dtype)))
+        # A cut reference's last label is PAD_ID: weight 0, so no [end] is scored for it.
+        last = tf.RaggedTensor.from_tensor(tf.cast(tf.where(cut[start:end], PAD_ID, END_ID),
+                                                   target.dtype)[:, None])
+        target_in = tf.cast(tf.concat([first, target], axis=1).to_tensor(PAD_ID), tf.int32)
+        labels = tf.cast(tf.concat([target, last], axis=1).to_tensor(PAD_ID), tf.int32)
+        source = tf.cast(tf.gather(sources, rows).to_tensor(PAD_ID), tf.int32)
+        logits = model((source, target_in), training=False)
+        weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+        hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+
+        def per_example(per_token: tf.Tensor) -> tf.Tensor:
+            return tf.math.unsorted_segment_sum(tf.reduce_sum(per_token * weights, axis=1),
+                                                rows, batch)
+
+        return (end, nll + per_example(token_cross_entropy(labels, logits)),
+                correct + per_example(hits), count + per_example(tf.ones_like(weights)))
+
+    zeros = tf.zeros([batch])
+    _, nll, correct, count = tf.while_loop(
+        lambda start, *_: start < targets.nrows(), chunk_sums,
+        (tf.constant(0, targets.row_splits.dtype), zeros, zeros, zeros),
+        # One chunk at a time: by default a graph while_loop runs up to 10 iterations at once,
+        # and nothing here but the running sums orders them, so the model would run on 10
+        # chunks together.
+        parallel_iterations=1)
+    return {"token_nll": nll, "token_correct": correct, "token_count": count}
 
 
 def float32_copy(model: Transformer) -> Transformer:

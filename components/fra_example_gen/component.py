@@ -1,7 +1,6 @@
 """The fra.txt ExampleGen component: TFX's FileBasedExampleGen with our Beam executor."""
 from __future__ import annotations
 
-import math
 import os
 import re
 from typing import Any, Sequence
@@ -14,29 +13,22 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from components.fra_example_gen import executor, fingerprint, parser, source
+from components.fra_example_gen.splits import SPLIT_NAMES, split_hash_buckets
 
-SPLIT_NAMES = ("train", "eval", "test")
 PARTITION_FEATURE = "english"
 # The modification-time part of TFX's input fingerprint (tfx.utils.io_utils.generate_fingerprint).
 _MTIME_CHECKSUMS = re.compile(r",xor_checksum:\d+,sum_checksum:\d+")
 
 
-def split_output_config(percentages: Sequence[int]) -> example_gen_pb2.Output:
+def split_output_config(percentages: Sequence[float]) -> example_gen_pb2.Output:
     """Hash-bucket splits over the English sentence, e.g. (80, 10, 10) -> buckets 8/1/1.
 
     Hashing the English text (not the pair) keeps every translation of a sentence in the
     same split, so no source sentence leaks from training into evaluation.
     """
-    if len(percentages) != len(SPLIT_NAMES) or any(p <= 0 for p in percentages):
-        raise ValueError(f"Split percentages must be three positive numbers for "
-                         f"{'/'.join(SPLIT_NAMES)}, got {list(percentages)}.")
-    if sum(percentages) != 100:
-        raise ValueError(f"Split percentages must add up to 100, got {list(percentages)} "
-                         f"(sum {sum(percentages)}).")
-    divisor = math.gcd(*percentages)
     return example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(
-        splits=[example_gen_pb2.SplitConfig.Split(name=name, hash_buckets=p // divisor)
-                for name, p in zip(SPLIT_NAMES, percentages)],
+        splits=[example_gen_pb2.SplitConfig.Split(name=name, hash_buckets=buckets)
+                for name, buckets in zip(SPLIT_NAMES, split_hash_buckets(percentages))],
         partition_feature_name=PARTITION_FEATURE))
 
 
@@ -85,7 +77,7 @@ class FraTxtExampleGen(FileBasedExampleGen):
     DRIVER_CLASS = ContentFingerprintDriver  # LocalDagRunner; KFP v2 runs a driver of its own
 
     def __init__(self, input_base, file_pattern: str = "fra.txt",
-                 split_percentages: Sequence[int] = (80, 10, 10),
+                 split_percentages: Sequence[float] = (80, 10, 10),
                  max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES,
                  max_references: int = parser.DEFAULT_MAX_REFERENCES,
                  range_bytes: int = source.DEFAULT_RANGE_BYTES):

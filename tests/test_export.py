@@ -1,0 +1,164 @@
+"""The exported model's Evaluator sums (translate_examples): the references go through the
+model in bounded chunks, with the same sums as all of them at once, in eager code and in the
+SavedModel."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the Transform graph's NFKC op)
+import tensorflow_transform as tft
+from tensorflow_transform.tf_metadata import metadata_io
+
+from test_model import seeded_weights, tiny_hparams
+from trainer_module import export
+from trainer_module import preprocessing as pp
+from trainer_module.hparams import HParams
+from trainer_module.model import Transformer
+from trainer_module.optimization import token_cross_entropy
+from trainer_module.tokens import END_ID, PAD_ID, START_ID
+
+SUMS = ("token_nll", "token_correct", "token_count")
+
+
+def all_at_once(model: Transformer, source_ids: tf.RaggedTensor, references: tf.RaggedTensor,
+                hparams: HParams) -> dict[str, np.ndarray]:
+    """The sums as Translator.reference_token_stats computed them before chunking (export.py
+    at d097de4): every reference of the batch in one model call, none cut."""
+    owner = references.value_rowids()
+    source = tf.gather(source_ids, owner)[:, :hparams.max_source_length]
+    target = references.values
+    edge = tf.RaggedTensor.from_tensor(tf.ones([target.nrows(), 1], target.dtype))
+    target_in = tf.concat([edge * START_ID, target], axis=1).to_tensor(PAD_ID)
+    labels = tf.cast(tf.concat([target, edge * END_ID], axis=1).to_tensor(PAD_ID), tf.int32)
+    logits = model((tf.cast(source.to_tensor(PAD_ID), tf.int32),
+                    tf.cast(target_in, tf.int32)), training=False)
+    weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+
+    def per_example(per_token: tf.Tensor) -> np.ndarray:
+        return tf.math.unsorted_segment_sum(tf.reduce_sum(per_token * weights, axis=1), owner,
+                                            references.nrows()).numpy()
+
+    return {"token_nll": per_example(token_cross_entropy(labels, logits)),
+            "token_correct": per_example(correct),
+            "token_count": per_example(tf.ones_like(weights))}
+
+
+def assert_same_sums(got: dict, expected: dict) -> None:
+    np.testing.assert_allclose(got["token_nll"], expected["token_nll"], rtol=1e-5)
+    for key in ("token_correct", "token_count"):
+        np.testing.assert_array_equal(got[key], expected[key])
+
+
+def random_ids(rng: np.random.Generator, rows: int, longest: int, vocab: int) -> list[list[int]]:
+    return [rng.integers(END_ID + 1, vocab, rng.integers(1, longest + 1)).tolist()
+            for _ in range(rows)]
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    model = Transformer(tiny_hparams(tie_output_to_embedding=False))
+    model((tf.ones([1, 2], tf.int32), tf.ones([1, 2], tf.int32)))
+    seeded_weights(model, seed=2)
+    return model
+
+
+def test_chunks_give_the_sums_of_all_references_at_once(model):
+    """150 references in one example (three chunks, the second one shared with the next
+    example's), an example without references, sources longer than max_source_length."""
+    hparams = model.hparams
+    rng = np.random.default_rng(0)
+    counts = [150, 0, 30, 1]
+    assert sum(counts) > 2 * export.REFERENCE_CHUNK
+    sources = tf.ragged.constant(random_ids(rng, len(counts), hparams.max_source_length + 8,
+                                            hparams.source_vocab_size), tf.int64)
+    references = tf.RaggedTensor.from_row_lengths(tf.ragged.constant(
+        random_ids(rng, sum(counts), hparams.max_target_length, hparams.target_vocab_size),
+        tf.int64), counts)
+    expected = all_at_once(model, sources, references, hparams)
+    assert expected["token_correct"][0] > 0  # the comparison is not all zeros
+    assert_same_sums({k: v.numpy() for k, v in export.reference_token_sums(
+        model, sources, references, hparams).items()}, expected)
+    traced = tf.function(lambda s, r: export.reference_token_sums(model, s, r, hparams),
+                         autograph=False)
+    assert_same_sums({k: v.numpy() for k, v in traced(sources, references).items()}, expected)
+
+
+def test_a_reference_longer_than_max_target_length_is_cut_without_end(model):
+    hparams = dataclasses.replace(model.hparams, max_target_length=10)
+    rng = np.random.default_rng(1)
+    sources = tf.ragged.constant(random_ids(rng, 2, 8, hparams.source_vocab_size), tf.int64)
+    long, short = random_ids(rng, 2, 10, hparams.target_vocab_size)
+    long = (long * 40)[:400]  # a 400-token reference
+    got = export.reference_token_sums(model, sources, tf.ragged.constant(
+        [[long, short], [short]], tf.int64), hparams)
+
+    first = long[:hparams.max_target_length]
+    target_in = tf.constant([[START_ID] + first[:-1]], tf.int32)
+    logits = model((tf.constant([sources[0].numpy()], tf.int32), target_in), training=False)
+    labels = tf.constant([first], tf.int32)
+    cut = {"token_nll": float(tf.reduce_sum(token_cross_entropy(labels, logits))),
+           "token_correct": float(tf.reduce_sum(tf.cast(tf.equal(
+               tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))),
+           "token_count": hparams.max_target_length}
+    short_sums = all_at_once(model, sources, tf.ragged.constant([[short], [short]], tf.int64),
+                             hparams)
+    assert_same_sums({k: v.numpy() for k, v in got.items()},
+                     {k: np.array([cut[k] + short_sums[k][0], short_sums[k][1]],
+                                  np.float32) for k in SUMS})
+
+
+@pytest.fixture(scope="module")
+def exported_translator(tmp_path_factory):
+    """A tiny model with a real (small) Transform graph, exported as the Trainer exports it."""
+    words = "chat chien maison voiture arbre rouge bleu vert grand petit".split()
+    rows = [{"english": [f"the {a} is {b}."], "french": [f"le {a} est {b} ."]}
+            for a in words for b in words]
+    analyzed = pp.analyze_in_memory(rows, {"tokenizer": "word", "frequency_threshold": 2})
+    # The raw feature spec that the pipeline's Transform writes next to its graph.
+    output_dir = os.path.dirname(analyzed.transform_savedmodel_dir)
+    metadata_io.write_metadata(tft.DatasetMetadata.from_feature_spec(
+        {"english": tf.io.FixedLenFeature([1], tf.string),
+         "french": tf.io.VarLenFeature(tf.string)}),
+        os.path.join(output_dir, tft.TFTransformOutput.RAW_METADATA_DIR))
+    output = tft.TFTransformOutput(output_dir)
+    hparams = tiny_hparams(tie_output_to_embedding=False).with_vocab_sizes(
+        len(export.id_to_token(output, pp.SOURCE_VOCAB)),
+        len(export.id_to_token(output, pp.TARGET_VOCAB)))
+    model = Transformer(hparams)
+    model((tf.ones([1, 2], tf.int32), tf.ones([1, 2], tf.int32)))
+    seeded_weights(model, seed=3)
+    export_dir = str(tmp_path_factory.mktemp("export"))
+    export.export_translator(model, output, hparams, export_dir)
+    return model, output, hparams, words, tf.saved_model.load(export_dir)
+
+
+def example(english: str, french: list[str]) -> bytes:
+    return tf.train.Example(features=tf.train.Features(feature={
+        "english": tf.train.Feature(bytes_list=tf.train.BytesList(value=[english.encode()])),
+        "french": tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[f.encode() for f in french]))})).SerializeToString()
+
+
+def test_the_exported_signature_sums_many_references_as_all_at_once(exported_translator):
+    model, output, hparams, words, loaded = exported_translator
+    rng = np.random.default_rng(4)
+    french = [" ".join(rng.choice(words, rng.integers(1, 12))) + " ." for _ in range(160)]
+    records = tf.constant([example("the chat is rouge.", french[:150]),
+                           example("the arbre is vert.", french[150:])])
+    got = loaded.signatures[export.EXAMPLES_SIGNATURE](examples=records)
+    features = output.transform_features_layer()(tf.io.parse_example(
+        records, output.raw_feature_spec()))
+    expected = all_at_once(model, features[pp.SOURCE_IDS], features[pp.TARGET_IDS], hparams)
+    tokens_and_end = [len(f.split()) + 1 for f in french]
+    assert expected["token_count"].tolist() == [sum(tokens_and_end[:150]),
+                                                sum(tokens_and_end[150:])]
+    assert_same_sums({k: got[k].numpy() for k in SUMS}, expected)
+    assert got[export.TRANSLATION].shape == (2,)
