@@ -114,7 +114,7 @@ def report(data: dict, plot_path: str | None) -> list[str]:
         if {"in_memory", "multi_processing"} <= set(modes):
             header = ["component", *[f"{s}x" for s in sizes]]
             lines += ["", "Speedup of multi_processing over in_memory (in_memory s / "
-                          "multi_processing s; component time):", "",
+                          "multi_processing s; component time; – where either is under 1 s):", "",
                       "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             for component in components:
                 cells = []
@@ -122,7 +122,8 @@ def report(data: dict, plot_path: str | None) -> list[str]:
                     slow = table.get((lines_per_copy, size, "in_memory", component))
                     fast = table.get((lines_per_copy, size, "multi_processing", component))
                     cells.append(_fmt(slow["component_s"] / fast["component_s"])
-                                 if slow and fast and fast["component_s"] else "–")
+                                 if slow and fast and min(slow["component_s"],
+                                                          fast["component_s"]) >= 1 else "–")
                 lines.append(f"| {component} | " + " | ".join(cells) + " |")
     if plot_path:
         lines += ["", plot(series, plot_path)]
@@ -134,6 +135,7 @@ def plot(series: dict[tuple, list[tuple[int, dict]]], path: str) -> str:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
     except ImportError:
         return "matplotlib is not installed in this Python: no plot."
     full = {k: v for k, v in series.items() if not k[0]} or series  # full corpora if any
@@ -152,6 +154,11 @@ def plot(series: dict[tuple, list[tuple[int, dict]]], path: str) -> str:
                       label=mode + (f" ({lines_per_copy} l/copy)" if lines_per_copy else ""))
         axis.set_xscale("log")
         axis.set_yscale("log")
+        sizes = sorted({s for key, points in full.items() if key[2] == component
+                        for s, _ in points})
+        axis.set_xticks(sizes, [f"{s}x" for s in sizes])
+        axis.xaxis.set_minor_formatter(NullFormatter())
+        axis.yaxis.set_minor_formatter(NullFormatter())
         axis.set_title(component, fontsize=9)
         axis.set_xlabel("corpus size (x fra.txt)")
         axis.grid(True, which="both", alpha=0.3)
