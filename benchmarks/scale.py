@@ -1,0 +1,425 @@
+"""How the data half's cost grows with the data (issue #28 item 8): time and peak memory of
+each component, per corpus size and Beam mode.
+
+Usage:
+  PYTHONPATH=. .venv/bin/python benchmarks/scale.py --sizes 1,4,16 \
+      --modes multi_processing,in_memory --data-root /work/scale_data \
+      --out benchmarks/results_scale.json [--components ...] [--lines N] [--gzip]
+
+For each size K (a K x fra.txt corpus from benchmarks/make_corpus.py, DATA_ROOT/fra_xK,
+generated first if missing) and each Beam mode:
+
+  in_memory         nmt's default Beam arguments (--direct_running_mode=in_memory
+                    --direct_num_workers=1); no --beam-arg is passed
+  multi_processing  --beam-arg=--direct_running_mode=multi_processing
+                    --beam-arg=--direct_num_workers=W (W = --workers, default 2); --beam-arg
+                    replaces nmt's defaults, it does not add to them (pipeline/cli.py)
+
+it runs `python -m pipeline.cli run --data CORPUS --profile smoke --pipeline-root ROOT
+--to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
+ImportSchemaGen, StrictExampleValidator, Transform), each in its own process, on a fresh
+pipeline root (RUNS_ROOT/xK_MODE, deleted first): each invocation reuses the cached outputs
+of the ones before it, so it executes C alone. A component left out of --components is
+executed by the next invocation that needs it, inside that invocation's time and memory.
+
+Per component it records:
+  component_s      the component's execution time, from the pipeline root's ML Metadata
+                   (pipeline/run_summary.collect, as at the end of `nmt run`): from the
+                   execution's creation to its last update; time_source says "mlmd", or
+                   "subprocess" if the store could not be read (then component_s is the
+                   whole process's time)
+  subprocess_s     the whole invocation: Python and TFX start-up (~8-10 s), the cache
+                   lookups of the upstream components (ExampleGen fingerprints its input
+                   files), the component, the run summary
+  peak_rss_mb      the peak, over samples every 0.5 s, of the summed RSS of the nmt process
+                   and all its descendants (Beam's worker processes); pages shared between
+                   processes are counted once per process, and a peak shorter than 0.5 s
+                   can be missed
+  cpu_s            user + system CPU seconds of the process and the descendants it waited
+                   for (getrusage of children): cpu_s / subprocess_s is the parallelism
+  examples_per_split, parse counts (after ExampleGen; repeated on the later rows),
+  transform_files_per_split and bytes (Transform's transformed_examples/*/Split-*/)
+
+Results go to --out as JSON: {"sessions": [machine info, command, date ...], "rows": [...]},
+rewritten after every component, so a killed run keeps the rows it completed; rows of
+earlier invocations are kept (benchmarks/scale_report.py uses the newest row per size, mode
+and component). Progress, with an ETA, goes to stderr, one line per component run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import importlib.metadata
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMPONENTS = ("FraTxtExampleGen", "StatisticsGen", "ImportSchemaGen", "StrictExampleValidator",
+              "Transform")
+MODES = ("in_memory", "multi_processing")
+SAMPLE_S = 0.5
+
+
+def beam_args(mode: str, workers: int) -> list[str]:
+    if mode == "in_memory":
+        return []  # nmt's defaults: --direct_running_mode=in_memory --direct_num_workers=1
+    return ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+
+
+def machine_info() -> dict:
+    info = {"hostname": platform.node(), "python": platform.python_version(),
+            "cores": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        info["cpu_model"] = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
+                                  if line.startswith("Model name")), None)
+    except (OSError, subprocess.CalledProcessError):
+        info["cpu_model"] = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+        info["avx512_bf16"] = "avx512_bf16" in flags
+        info["avx512f"] = "avx512f" in flags
+    except OSError:
+        info["avx512_bf16"] = None
+    for package in ("tfx", "apache-beam", "tensorflow", "tensorflow-transform"):
+        try:
+            info[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            info[package] = None
+    return info
+
+
+# --- the corpus -----------------------------------------------------------------------------
+
+def corpus_dir(data_root: str, size: int, lines: int | None, use_gzip: bool) -> str:
+    name = f"fra_x{size}" + (f"_lines{lines}" if lines else "") + ("_gz" if use_gzip else "")
+    return os.path.join(data_root, name)
+
+
+def ensure_corpus(path: str, source: str, size: int, lines: int | None, use_gzip: bool,
+                  seed: int) -> dict:
+    """The corpus's manifest, generating the corpus first (benchmarks/make_corpus.py, in its
+    own process) if it is missing."""
+    manifest_path = path + ".manifest.json"
+    if not (os.path.isdir(path) and os.path.isfile(manifest_path)):
+        print(f"generating {path} ({size} x {source})", file=sys.stderr, flush=True)
+        command = [sys.executable, os.path.join(REPO, "benchmarks", "make_corpus.py"),
+                   "--source", source, "--copies", str(size), "--out", path,
+                   "--seed", str(seed), *(["--lines", str(lines)] if lines else []),
+                   *(["--gzip"] if use_gzip else [])]
+        subprocess.run(command, check=True)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    expected = {"copies": size, "seed": seed, "gzip": use_gzip,
+                "lines_per_copy_requested": lines}
+    wrong = {k: manifest.get(k) for k, v in expected.items() if manifest.get(k) != v}
+    if wrong:
+        sys.exit(f"scale.py: {path} was made with {wrong}, not {expected}: delete it (and "
+                 f"{manifest_path}) or pass another --data-root")
+    return manifest
+
+
+# --- one component run ----------------------------------------------------------------------
+
+def _tree_rss(process: psutil.Process) -> tuple[int, int]:
+    """Summed RSS (bytes) of a process and its descendants, and how many there are."""
+    total, count = 0, 0
+    try:
+        members = [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    for member in members:
+        try:
+            total += member.memory_info().rss
+            count += 1
+        except psutil.Error:  # ended between the listing and the reading
+            pass
+    return total, count
+
+
+class PeakMemory(threading.Thread):
+    """Samples a process tree's summed RSS every SAMPLE_S seconds until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.process = psutil.Process(pid)
+        self.peak_bytes = 0
+        self.peak_processes = 0
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            rss, count = _tree_rss(self.process)
+            self.peak_bytes = max(self.peak_bytes, rss)
+            self.peak_processes = max(self.peak_processes, count)
+            self.samples += 1
+            self._halt.wait(SAMPLE_S)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_component(corpus: str, root: str, component: str, args: list[str], log_path: str,
+                  timeout_s: float | None) -> dict:
+    """One `nmt run --to component` in its own process (group): its status, wall time, peak
+    memory of its process tree and CPU time."""
+    command = [sys.executable, "-m", "pipeline.cli", "run", "--data", corpus, "--profile",
+               "smoke", "--pipeline-root", root, "--to", component,
+               *[f"--beam-arg={a}" for a in args]]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([REPO, *filter(None, [env.get("PYTHONPATH")])])
+    cpu_before = _children_cpu_s()
+    with open(log_path, "w") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        started = time.monotonic()
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        sampler = PeakMemory(process.pid)
+        sampler.start()
+        status = "ok"
+        try:
+            returncode = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # this run's own process group only
+            returncode = process.wait()
+            status = "timeout"
+        wall_s = time.monotonic() - started
+        sampler.stop()
+    if status == "ok" and returncode != 0:
+        status = "failed"
+    result = {"status": status, "returncode": returncode, "command": " ".join(command[1:]),
+              "subprocess_s": round(wall_s, 2),
+              "peak_rss_mb": round(sampler.peak_bytes / 2**20, 1),
+              "peak_processes": sampler.peak_processes, "rss_samples": sampler.samples,
+              "cpu_s": round(_children_cpu_s() - cpu_before, 2), "log": log_path}
+    if status != "ok":
+        with open(log_path, errors="replace") as f:
+            result["error_tail"] = f.read()[-3000:]
+    return result
+
+
+def component_time(corpus: str, root: str, component: str, wall_s: float) -> dict:
+    """The component's execution time from ML Metadata, read as `nmt run` reads it for its
+    summary (pipeline/run_summary.collect); the process's wall time if that fails."""
+    try:
+        from pipeline import config as config_lib, run_summary
+
+        config = config_lib.PipelineConfig(data_path=corpus, pipeline_root=root)
+        facts = run_summary.collect(config, wall_s, component)
+        times = {c.name: c for c in facts.components}
+        mine = times[component]
+        return {"component_s": round(mine.seconds, 2), "component_state": mine.state,
+                "time_source": "mlmd",
+                "components_in_run": {c.name: [c.state, round(c.seconds, 2)]
+                                      for c in facts.components}}
+    except Exception as err:  # noqa: BLE001 - any failure: fall back, and say so
+        return {"component_s": round(wall_s, 2), "component_state": None,
+                "time_source": "subprocess", "mlmd_error": f"{type(err).__name__}: {err}"[:300]}
+
+
+def examples_facts(root: str) -> dict:
+    """Examples per split and the parse counts of the newest ExampleGen output."""
+    from pipeline import metadata
+
+    store = metadata.connect(metadata.sqlite_config(os.path.join(root, "metadata.sqlite")))
+    newest = metadata.list_artifacts(store, "Examples")[0]["properties"]
+    return {"examples_per_split": newest.get("splits"),
+            **{k: newest[k] for k in ("lines_read", "pairs_kept", "lines_rejected", "examples")
+               if k in newest}}
+
+
+def transform_files(root: str) -> dict:
+    """Transform's output files per split (transformed_examples/*/Split-*/), and bytes."""
+    counts: dict[str, int] = {}
+    size = 0
+    for split_dir in sorted(glob.glob(os.path.join(root, "Transform", "transformed_examples",
+                                                   "*", "Split-*"))):
+        files = [f for f in glob.glob(os.path.join(split_dir, "*")) if os.path.isfile(f)]
+        split = os.path.basename(split_dir).removeprefix("Split-")
+        counts[split] = counts.get(split, 0) + len(files)
+        size += sum(os.path.getsize(f) for f in files)
+    return {"transform_files_per_split": counts, "transform_bytes": size}
+
+
+# --- the results file -----------------------------------------------------------------------
+
+class Results:
+    """The JSON file, rewritten (atomically) after every row."""
+
+    def __init__(self, path: str, session: dict, overwrite: bool) -> None:
+        self.path = path
+        self.data = {"sessions": [], "rows": []}
+        if os.path.isfile(path) and not overwrite:
+            with open(path) as f:
+                self.data = json.load(f)
+        self.session = len(self.data["sessions"])
+        self.data["sessions"].append(session)
+        self.save()
+
+    def add(self, row: dict) -> None:
+        self.data["rows"].append({"session": self.session, **row})
+        self.save()
+
+    def save(self) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, self.path)
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
+
+
+def _memory(mb: float) -> str:
+    return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
+
+
+def estimate_s(step: tuple[int, str, str], done: dict[tuple[int, str, str], float]) -> float | None:
+    """A guess of a step's subprocess time: a measured one of the same component (same mode
+    first) scaled linearly with the size; else the mean per size unit of all measured ones."""
+    size, mode, component = step
+    for same_mode in (True, False):
+        known = [(s, t) for (s, m, c), t in done.items()
+                 if c == component and (m == mode) == same_mode]
+        if known:
+            s, t = min(known, key=lambda st: abs(st[0] - size))
+            return t * size / s
+    if done:
+        return sum(t / s for (s, _, _), t in done.items()) / len(done) * size
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1,4,16", help="corpus sizes K (x fra.txt)")
+    parser.add_argument("--modes", default="multi_processing,in_memory",
+                        help="Beam modes: " + ", ".join(MODES))
+    parser.add_argument("--components", default=",".join(COMPONENTS),
+                        help="components to measure (run in pipeline order)")
+    parser.add_argument("--data-root", default="/work/scale_data",
+                        help="where the corpora are (generated if missing)")
+    parser.add_argument("--runs-root", default=None,
+                        help="pipeline roots and logs (default: DATA_ROOT/runs)")
+    parser.add_argument("--source", default=os.environ.get("FRA_TXT",
+                                                           "/work/shared/data/fra-eng/fra.txt"),
+                        help="fra.txt, to generate corpora (default: $FRA_TXT)")
+    parser.add_argument("--lines", type=int, default=None,
+                        help="corpora of about N lines of fra.txt per copy (smoke tests)")
+    parser.add_argument("--gzip", action="store_true", help="corpora of .txt.gz parts")
+    parser.add_argument("--seed", type=int, default=0, help="make_corpus's seed")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="--direct_num_workers of multi_processing (default 2)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds per component run before it is killed")
+    parser.add_argument("--keep-roots", action="store_true",
+                        help="keep each size x mode's pipeline root (default: deleted once "
+                             "measured; 16x ones take several GB)")
+    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results_scale.json"))
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start --out afresh instead of adding to its rows")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    modes = args.modes.split(",")
+    components = [c for c in COMPONENTS if c in args.components.split(",")]
+    unknown = (set(modes) - set(MODES)) | (set(args.components.split(",")) - set(COMPONENTS))
+    if unknown or not components or min(sizes) < 1:
+        parser.error(f"unknown modes/components {sorted(unknown)} (modes: {', '.join(MODES)}; "
+                     f"components: {', '.join(COMPONENTS)}) or a size < 1")
+    runs_root = args.runs_root or os.path.join(args.data_root, "runs")
+    os.makedirs(os.path.join(runs_root, "logs"), exist_ok=True)
+
+    results = Results(args.out, {"machine": machine_info(), "argv": sys.argv[1:],
+                                 "nice": os.nice(0)}, args.overwrite)
+    steps = [(k, m, c) for k in sizes for m in modes for c in components]
+    done: dict[tuple[int, str, str], float] = {}
+    started = time.monotonic()
+    number = 0
+    for size in sizes:
+        corpus = corpus_dir(args.data_root, size, args.lines, args.gzip)
+        manifest = ensure_corpus(corpus, args.source, size, args.lines, args.gzip, args.seed)
+        label = f"{size}x" + (f" ({args.lines} lines/copy)" if args.lines else "")
+        corpus_facts = {"size": size, "lines_per_copy": args.lines, "corpus": corpus,
+                        "corpus_lines": manifest["lines_written"],
+                        "corpus_bytes": manifest["bytes"],
+                        "corpus_distinct_english": manifest["distinct_english"],
+                        "corpus_distinct_words": manifest["distinct_words"]}
+        for mode in modes:
+            root = os.path.join(runs_root, os.path.basename(corpus) + "_" + mode)
+            shutil.rmtree(root, ignore_errors=True)
+            examples: dict = {}
+            failed = None
+            for component in components:
+                number += 1
+                row = {**corpus_facts, "mode": mode, "beam_args": beam_args(mode, args.workers),
+                       "component": component, "pipeline_root": root,
+                       "started": datetime.datetime.now().astimezone().isoformat(
+                           timespec="seconds")}
+                if failed:
+                    results.add({**row, "status": "skipped", "reason": f"{failed} failed"})
+                    print(f"[{number}/{len(steps)}] {label} {mode} {component}: skipped "
+                          f"({failed} failed)", file=sys.stderr, flush=True)
+                    continue
+                log_path = os.path.join(runs_root, "logs",
+                                        f"{os.path.basename(corpus)}_{mode}_{component}.log")
+                run = run_component(corpus, root, component, beam_args(mode, args.workers),
+                                    log_path, args.timeout)
+                row.update(run)
+                if run["status"] == "ok":
+                    row.update(component_time(corpus, root, component, run["subprocess_s"]))
+                    if component == "FraTxtExampleGen" or not examples:
+                        try:
+                            examples = examples_facts(root)
+                        except Exception as err:  # noqa: BLE001 - a count, not the timing
+                            examples = {"examples_error": str(err)[:300]}
+                    row.update(examples)
+                    if component == "Transform":
+                        row.update(transform_files(root))
+                    done[(size, mode, component)] = run["subprocess_s"]
+                else:
+                    failed = component
+                results.add(row)
+                remaining = [estimate_s(s, done) for s in steps[number:]]
+                eta = ("unknown" if None in remaining else _duration(sum(remaining)))
+                what = (f"{run['subprocess_s']:.0f} s (component {row.get('component_s', 0):.1f} s"
+                        f" {row.get('time_source', '')}), peak {_memory(run['peak_rss_mb'])}"
+                        if run["status"] == "ok" else
+                        f"{run['status'].upper()} after {run['subprocess_s']:.0f} s, see {log_path}")
+                print(f"[{number}/{len(steps)}] {label} {mode} {component}: {what}; "
+                      f"elapsed {_duration(time.monotonic() - started)}, ETA {eta}",
+                      file=sys.stderr, flush=True)
+            if not args.keep_roots:
+                shutil.rmtree(root, ignore_errors=True)
+    print(f"results: {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
