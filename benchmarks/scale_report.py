@@ -125,9 +125,47 @@ def report(data: dict, plot_path: str | None) -> list[str]:
                                  if slow and fast and min(slow["component_s"],
                                                           fast["component_s"]) >= 1 else "–")
                 lines.append(f"| {component} | " + " | ".join(cells) + " |")
+        lines += extrapolation(table, lines_per_copy, sizes, components)
     if plot_path:
         lines += ["", plot(series, plot_path)]
     return lines
+
+
+def extrapolation(table: dict[tuple, dict], lines_per_copy, sizes: list[int],
+                  components: list[str], targets: tuple[int, ...] = (100, 1000),
+                  vcpus: tuple[int, ...] = (8, 32, 128)) -> list[str]:
+    """On paper: CPU hours of each component at `targets` x fra.txt, from the measured CPU
+    seconds of one in-memory worker at the largest size plus the marginal CPU seconds per
+    input line between the two largest sizes (fixed costs drop out of the marginal cost), and
+    the hours on a cluster of `vcpus` (perfect spread, one of its vCPUs = one core here)."""
+    if len(sizes) < 2:
+        return []
+    small, large = sizes[-2:]
+    header = ["component", "µs CPU per line (marginal)",
+              *[f"{t}x CPU h" for t in targets]]
+    out = ["", f"Extrapolated on paper from the in_memory CPU seconds at {small}x and {large}x "
+               "(not measured on a cluster):", "",
+           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    totals = dict.fromkeys(targets, 0.0)
+    for component in components:
+        a = table.get((lines_per_copy, small, "in_memory", component))
+        b = table.get((lines_per_copy, large, "in_memory", component))
+        if not (a and b and a.get("cpu_s") and b.get("cpu_s")) or b["component_s"] < 1:
+            continue  # not measured, or no work that grows with the data
+        per_line = (b["cpu_s"] - a["cpu_s"]) / (b["corpus_lines"] - a["corpus_lines"])
+        lines_at = {t: b["corpus_lines"] / large * t for t in targets}
+        hours = {t: (b["cpu_s"] + per_line * (lines_at[t] - b["corpus_lines"])) / 3600
+                 for t in targets}
+        for t in targets:
+            totals[t] += hours[t]
+        out.append(f"| {component} | {per_line * 1e6:.0f} | "
+                   + " | ".join(f"{hours[t]:.1f}" for t in targets) + " |")
+    out.append("| all | | " + " | ".join(f"{totals[t]:.1f}" for t in targets) + " |")
+    out += ["", "Hours on a cluster of N vCPUs (CPU hours / N; no start-up, shuffle or "
+                "straggler costs):", ""]
+    for t in targets:
+        out.append(f"- {t}x: " + ", ".join(f"{n} vCPUs {totals[t] / n:.2f} h" for n in vcpus))
+    return out
 
 
 def plot(series: dict[tuple, list[tuple[int, dict]]], path: str) -> str:
