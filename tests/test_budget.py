@@ -226,7 +226,7 @@ def test_the_plan_is_kept_beside_the_checkpoints(tmp_path):
 def test_the_repeat_flags_reproduce_the_budgeted_run():
     """The flags printed at the end of a budgeted run give `nmt run` the same steps, recipe and
     precision, with no budget."""
-    from pipeline import cli
+    from cli import main as cli
 
     plan = budget.Plan(precision="float32", recipe=dict(LONG_RUN_RECIPE))
     trained = dataclasses.replace(plan.apply(get_profile("cpu"), {"ema_momentum": 0.99}),
