@@ -84,3 +84,17 @@ def test_the_commands_sit_on_top_one_module_per_subcommand():
     below = {m: sorted(n for n in imports if n.split(".")[0] == "cli")
              for m, imports in graph.items() if m.split(".")[0] != "cli"}
     assert {m: names for m, names in below.items() if names} == {}
+
+
+def test_every_expected_error_of_the_commands_names_an_exception_class():
+    """cli.errors matches its table by module and class name: a typo would never match."""
+    import importlib
+
+    from cli import errors
+
+    for module, name, status in errors.EXPECTED_ERRORS:
+        assert issubclass(getattr(importlib.import_module(module), name), Exception), name
+        assert status in (1, 2)
+    assert errors.exit_status(errors.UsageError("x")) == 2
+    assert errors.exit_status(errors.CommandError("x")) == 1
+    assert errors.exit_status(KeyError("a bug")) is None
