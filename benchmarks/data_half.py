@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--beam-arg", action="append", default=[])
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="nmt_data_half_")
-    command = [sys.executable, "-m", "pipeline.cli", "run", "--data", args.data,
+    command = [sys.executable, "-m", "cli", "run", "--data", args.data,
                "--pipeline-root", root, "--split", args.split, "--to", "StrictExampleValidator",
                *[f"--beam-arg={a}" for a in args.beam_arg]]
     start = time.time()

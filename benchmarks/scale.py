@@ -13,9 +13,9 @@ generated first if missing) and each Beam mode:
                     --direct_num_workers=1); no --beam-arg is passed
   multi_processing  --beam-arg=--direct_running_mode=multi_processing
                     --beam-arg=--direct_num_workers=W (W = --workers, default 2); --beam-arg
-                    replaces nmt's defaults, it does not add to them (pipeline/cli.py)
+                    replaces nmt's defaults, it does not add to them (cli/run.py)
 
-it runs `python -m pipeline.cli run --data CORPUS --profile smoke --pipeline-root ROOT
+it runs `python -m cli run --data CORPUS --profile smoke --pipeline-root ROOT
 --to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
 ImportSchemaGen, StrictExampleValidator, Transform), each in its own process, on a fresh
 pipeline root (RUNS_ROOT/xK_MODE, deleted first): each invocation reuses the cached outputs
@@ -183,7 +183,7 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
                   timeout_s: float | None) -> dict:
     """One `nmt run --to component` in its own process (group): its status, wall time, peak
     memory of its process tree and CPU time."""
-    command = [sys.executable, "-m", "pipeline.cli", "run", "--data", corpus, "--profile",
+    command = [sys.executable, "-m", "cli", "run", "--data", corpus, "--profile",
                "smoke", "--pipeline-root", root, "--to", component,
                *[f"--beam-arg={a}" for a in args]]
     env = dict(os.environ)

@@ -81,7 +81,10 @@ def _publish_saved_model_last(model_path: str, base_directory: str) -> tuple[int
     return version, final
 
 
-class _Executor(tfx_executor.Executor):
+class Executor(tfx_executor.Executor):
+    """Pusher's executor with atomic versions. Public: compiled KFP/Vertex specs name it
+    (--executor_class_path), and docker/check_image.py imports it."""
+
     def Do(self, input_dict, output_dict, exec_properties) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         model_push = artifact_utils.get_single_instance(
@@ -103,4 +106,4 @@ class _Executor(tfx_executor.Executor):
 class AtomicPusher(Pusher):
     """Pusher with atomic, increasing integer versions (see module docstring)."""
 
-    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(_Executor)
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)

@@ -40,7 +40,10 @@ def empty_split_problem(split: str, statistics: statistics_pb2.DatasetFeatureSta
             "has too few distinct English sentences for this split)"]
 
 
-class _Executor(tfx_executor.Executor):
+class Executor(tfx_executor.Executor):
+    """ExampleValidator's executor, failing on any anomaly. Public: compiled KFP/Vertex specs
+    name it (--executor_class_path), and docker/check_image.py imports it."""
+
     def Do(self, input_dict, output_dict, exec_properties):
         result = super().Do(input_dict, output_dict, exec_properties)
         artifact = artifact_utils.get_single_instance(
@@ -65,4 +68,4 @@ class _Executor(tfx_executor.Executor):
 class StrictExampleValidator(ExampleValidator):
     """ExampleValidator whose execution fails on any anomaly (see module docstring)."""
 
-    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(_Executor)
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)

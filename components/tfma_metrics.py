@@ -39,7 +39,6 @@ Usage in an EvalConfig::
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional
@@ -467,23 +466,6 @@ class Perplexity(metric_types.Metric):
 
 metric_types.register_metric(TokenAccuracy)
 metric_types.register_metric(Perplexity)
-
-
-def metric_config(class_name: str, threshold: Optional[config_pb2.MetricThreshold] = None,
-                  **config: Any) -> config_pb2.MetricConfig:
-    """A MetricConfig for CorpusBleu / CorpusChrf in this module.
-
-    ``config`` kwargs become the metric's constructor arguments, e.g.
-    ``metric_config('CorpusBleu', prediction_key='translation')``.
-    """
-    if class_name not in ('CorpusBleu', 'CorpusChrf'):
-        raise ValueError(f'unknown metric {class_name!r}')
-    result = config_pb2.MetricConfig(
-        class_name=class_name, module=__name__,
-        config=json.dumps(config) if config else '')
-    if threshold is not None:
-        result.threshold.CopyFrom(threshold)
-    return result
 
 
 metric_types.register_metric(CorpusBleu)

@@ -40,14 +40,16 @@ class UnsupportedStorageError(KfpError):
 UNSUPPORTED_SCHEMES = ("s3://", "minio://")
 
 
-def check_storage(what: str, path: str) -> None:
-    """Refuses s3:// and minio:// before anything is compiled or sent: a run would fail deep
-    inside a component. Here, not in kubeflow_runner, so `submit --package` need not load TFX."""
-    if path.startswith(UNSUPPORTED_SCHEMES):
-        raise UnsupportedStorageError(
-            f"{what} {path} cannot work: TensorFlow 2.16 and TFX have no s3:// or minio:// "
-            "filesystem, so the components could not read or write it; use a gs:// path or "
-            "a directory every pod mounts")
+def check_storage(*named_paths: tuple[str, str | None]) -> None:
+    """Refuses s3:// and minio:// paths, each given as (what it is, path), before anything is
+    compiled or sent: a run would fail deep inside a component. Here, not in kubeflow_runner,
+    so `submit --package` need not load TFX."""
+    for what, path in named_paths:
+        if path and path.startswith(UNSUPPORTED_SCHEMES):
+            raise UnsupportedStorageError(
+                f"{what} {path} cannot work: TensorFlow 2.16 and TFX have no s3:// or minio:// "
+                "filesystem, so the components could not read or write it; use a gs:// path "
+                "or a directory every pod mounts")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -229,8 +229,8 @@ def compile_pipeline(config: PipelineConfig, image: str, output_path: str,
         raise ValueError(f"backend is one of {BACKENDS}, got {backend!r}")
     if vertex_training and backend != "vertex":
         raise ValueError("Trainer worker pools are a Vertex AI custom job: backend vertex only")
-    check_storage("the pipeline root", config.pipeline_root)
-    check_storage("the data", config.data_path)  # (the CLI names its flags instead)
+    # (`nmt kubeflow` checks first, naming its flags)
+    check_storage(("the pipeline root", config.pipeline_root), ("the data", config.data_path))
     config = dataclasses.replace(
         config, compare_with_latest_blessed=backend == "vertex",
         beam_pipeline_args=with_sdk_container_image(config.beam_pipeline_args, image))

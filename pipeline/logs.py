@@ -15,7 +15,7 @@ import re
 import subprocess
 import sys
 
-_OUR_PACKAGES = ("pipeline", "components", "trainer_module")
+_OUR_PACKAGES = ("cli", "pipeline", "components", "trainer_module")
 _TFX_PROGRESS = re.compile(r"^(Component .* is (running|finished)|A cached execution)")
 # The libraries that run the components: we call them, they call TensorFlow.
 _LIBRARIES = ("tfx", "tfx_bsl", "tensorflow_transform", "tensorflow_model_analysis",

@@ -7,7 +7,11 @@ Metadata (pipeline.metadata) after a run.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
+import shutil
+import sys
+from typing import Callable
 
 from pipeline import metadata
 from pipeline.config import PIPELINE_NAME, PipelineConfig, default_pipeline_root
@@ -42,6 +46,7 @@ class RunFacts:
     verdict: Verdict | None = None  # None: the Evaluator did not run
     pushed_version: str | None = None
     pushed_path: str | None = None
+    nmt: str = "nmt"  # how to call the running nmt from here (nmt_command)
 
 
 def _duration(seconds: float) -> str:
@@ -66,15 +71,33 @@ def _flags(**values: str | None) -> str:
                    for name, value in values.items() if value is not None)
 
 
+def nmt_command(argv0: str | None = None, which: Callable[[str], str | None] = shutil.which,
+                cwd: str | None = None) -> str:
+    """How a user calls the running `nmt` from here: `nmt` when that is the one PATH finds,
+    else its path, relative to the working directory when under it: `.venv/bin/nmt` after a
+    `make run` in a virtualenv that is not activated. `argv0` (default sys.argv[0]) not
+    naming an `nmt` program (`python -m cli`): `nmt`."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if os.path.basename(argv0) != "nmt" or os.sep not in argv0:  # not a script, or from PATH
+        return "nmt"
+    cwd = cwd or os.getcwd()
+    running = os.path.normpath(os.path.join(cwd, argv0))
+    found = which("nmt")
+    if found and os.path.realpath(os.path.join(cwd, found)) == os.path.realpath(running):
+        return "nmt"
+    relative = os.path.relpath(running, cwd)
+    return shlex.quote(running if relative.startswith(os.pardir) else relative)
+
+
 def _next_command(facts: RunFacts) -> str:
     if facts.to_component:
-        return (f"the same `nmt run` without --to {facts.to_component} goes on from here "
-                "(finished components are cached)")
+        return (f"the same `{facts.nmt} run` without --to {facts.to_component} goes on from "
+                "here (finished components are cached)")
     if facts.pushed_version:
         flags = _flags(pipeline_root=facts.pipeline_root, pipeline_name=facts.pipeline_name)
-        return f'nmt translate{flags} "Hello."'
-    return (f"nmt report{_flags(pipeline_root=facts.pipeline_root)}  (this run's metrics "
-            "next to the previous ones)")
+        return f'{facts.nmt} translate{flags} "Hello."'
+    return (f"{facts.nmt} report{_flags(pipeline_root=facts.pipeline_root)}  (this run's "
+            "metrics next to the previous ones)")
 
 
 def summary_lines(facts: RunFacts) -> list[str]:
@@ -145,4 +168,4 @@ def collect(config: PipelineConfig, wall_seconds: float,
                                    else config.pipeline_name),
                     to_component=to_component,
                     verdict=verdict, pushed_version=pushed.get("version"),
-                    pushed_path=pushed.get("destination"))
+                    pushed_path=pushed.get("destination"), nmt=nmt_command())

@@ -212,7 +212,7 @@ def smoke_run(fra_sample, tmp_path_factory) -> SmokeRun:
     """`nmt run --profile smoke` through Pusher, killed once during training and re-run."""
     root = str(tmp_path_factory.mktemp("smoke"))
     args = smoke_args(fra_sample, root, SMOKE_TRAIN_STEPS)
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     killed_log = kill_on_log_line(proc, "Checkpoint at step 40", proc)
     proc.wait()

@@ -52,7 +52,7 @@ def sample_lines(path: str, block: int = 100, every: int = 50) -> list[bytes]:
 def run_nmt(*args: str, env: dict | None = None, timeout: float = 900,
             **kwargs) -> subprocess.CompletedProcess:
     """Runs the `nmt` CLI in a fresh process, as a user would."""
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=REPO,
                           env={**os.environ, **(env or {})}, capture_output=True, text=True,
                           timeout=timeout, **kwargs)
 
@@ -70,7 +70,7 @@ def run_nmt_with_file_size_limit(limit_bytes: int, *args: str) -> subprocess.Com
 
 def run_nmt_peak_memory(*args: str) -> tuple[subprocess.CompletedProcess, int]:
     """`nmt ARGS` and the peak resident memory of its process, in bytes."""
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO,
                             stderr=subprocess.PIPE, text=True)
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -134,7 +134,7 @@ def versions(root: str) -> list[str]:
 
 
 def nmt_translate(root: str, *args: str, stdin: bytes | None = None):
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "translate", "--pipeline-root",
+    return subprocess.run([sys.executable, "-m", "cli", "translate", "--pipeline-root",
                            root, *args], cwd=REPO, input=stdin, capture_output=True,
                           timeout=300)
 

@@ -1,7 +1,7 @@
 """Runs a compiled KFP v2 PipelineSpec here, task by task, as Kubeflow Pipelines' backend would.
 
 For each task of `root.dag.tasks`, as soon as the tasks it depends on are done (independent
-ones at the same time, in threads), it does what KFP's driver
+ones at the same time, in threads; tests/kfp_dag.py says which and in what order), it does what KFP's driver
 (kubeflow/pipelines backend/src/v2/driver: container.go, resolve.go, driver.go
 provisionOutputs, cache.go) and launcher (backend/src/v2/component/launcher_v2.go) do:
 
@@ -11,7 +11,7 @@ provisionOutputs, cache.go) and launcher (backend/src/v2/component/launcher_v2.g
   `<pipeline root>/<pipeline name>/<run id>/<task>/<uuid>/<output>`, with the executor output
   file `output_metadata.json` in that task root, as KFP does for object-store roots;
 - computes KFP's cache key (input artifact names, input parameters, output specs without URIs,
-  command, args, image) and, for tasks compiled with `cachingOptions.enableCache`, reuses the
+  command, args, image: tests/kfp_dag.py, shared with tests/kfp_store.py) and, for tasks compiled with `cachingOptions.enableCache`, reuses the
   outputs of an earlier execution with the same key instead of running;
 - substitutes `{{$}}` (the ExecutorInput as JSON, parameter defaults added) and the
   `{{$.inputs...}}`/`{{$.outputs...}}` placeholders into the task's own `command` and `args`
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -52,6 +51,8 @@ from typing import Any, Mapping
 import yaml
 from google.protobuf import json_format, struct_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2 as pb
+
+import kfp_dag
 
 _STORE_FILE = "kfp_launcher_store.json"
 _INPUT_ARTIFACT = re.compile(r"\{\{\$\.inputs\.artifacts\['([^']+)'\]\.metadata\['([^']+)'\]\}\}")
@@ -161,21 +162,10 @@ def _schema_title(artifact_type: Mapping[str, str]) -> str:
     return yaml.safe_load(artifact_type["instanceSchema"])["title"]
 
 
-def _upstream(task: pb.PipelineTaskSpec) -> set[str]:
-    """What a task waits for: its dependentTasks and the producers of its inputs (TFX does not
-    list a resolver's producer among the dependent tasks)."""
-    return {*task.dependent_tasks,
-            *(spec.task_output_artifact.producer_task for spec in task.inputs.artifacts.values()
-              if spec.HasField("task_output_artifact")),
-            *(spec.task_output_parameter.producer_task
-              for spec in task.inputs.parameters.values()
-              if spec.HasField("task_output_parameter"))}
-
-
 def _with_upstream(tasks: Mapping[str, pb.PipelineTaskSpec], name: str) -> set[str]:
     if name not in tasks:
         raise LauncherError(f"the pipeline has no task {name!r}")
-    return {name}.union(*(_with_upstream(tasks, up) for up in _upstream(tasks[name])))
+    return {name}.union(*(_with_upstream(tasks, up) for up in kfp_dag.upstream(tasks[name])))
 
 
 def _value(python_value: Any) -> struct_pb2.Value:
@@ -220,9 +210,9 @@ class LocalPipelineRun:
         with concurrent.futures.ThreadPoolExecutor() as pool:
             running: dict[concurrent.futures.Future, str] = {}
             while len(self.tasks) < len(wanted):
-                for name in sorted(wanted - set(self.tasks) - set(running.values())):
-                    if _upstream(tasks[name]) <= set(self.tasks):
-                        running[pool.submit(self._run_task, name)] = name
+                for name in kfp_dag.ready(tasks, self.tasks,
+                                          wanted - set(self.tasks) - set(running.values())):
+                    running[pool.submit(self._run_task, name)] = name
                 if not running:
                     raise LauncherError(f"tasks {sorted(wanted - set(self.tasks))} depend on "
                                         "each other")
@@ -288,27 +278,6 @@ class LocalPipelineRun:
             outputs.parameters[key].output_file = os.path.join(task_root, "parameters", key)
         return outputs
 
-    def _fingerprint(self, executor_input: pb.ExecutorInput, component: pb.ComponentSpec,
-                     container: pb.PipelineDeploymentConfig.PipelineContainerSpec) -> str:
-        """cacheutils GenerateCacheKey: what KFP hashes to find an earlier execution."""
-        outputs = {key: {"name": a.artifacts[0].name,
-                         "type": json_format.MessageToDict(a.artifacts[0].type),
-                         "metadata": json_format.MessageToDict(a.artifacts[0].metadata)}
-                   for key, a in executor_input.outputs.artifacts.items() if a.artifacts}
-        key = {
-            "inputArtifactNames": {k: [a.name for a in v.artifacts]
-                                   for k, v in executor_input.inputs.artifacts.items()},
-            "inputParameterValues": {k: json_format.MessageToDict(v) for k, v in
-                                     executor_input.inputs.parameter_values.items()},
-            "outputArtifactsSpec": outputs,
-            "outputParametersSpec": {k: pb.ParameterType.ParameterTypeEnum.Name(
-                component.output_definitions.parameters[k].parameter_type)
-                for k in executor_input.outputs.parameters},
-            "containerSpec": {"image": container.image,
-                              "cmdArgs": [*container.command, *container.args]},
-        }
-        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-
     def _resolve(self, name: str, task: pb.PipelineTaskSpec,
                  resolver: pb.PipelineDeploymentConfig.ResolverSpec) -> TaskRun:
         """Vertex's resolver: each output is what its filter query finds (placeholders on the
@@ -339,7 +308,11 @@ class LocalPipelineRun:
             written = _read_executor_output(executor_input.outputs.output_file)
             for key, value in written.parameter_values.items():
                 executor_input.inputs.parameter_values[key].CopyFrom(value)
-        fingerprint = self._fingerprint(executor_input, component, container)
+        fingerprint = kfp_dag.cache_key(
+            component, container,
+            {k: [a.name for a in v.artifacts] for k, v in executor_input.inputs.artifacts.items()},
+            {k: json_format.MessageToDict(v)
+             for k, v in executor_input.inputs.parameter_values.items()})
         cached = self.store.cached(fingerprint) if task.caching_options.enable_cache else None
         if cached is not None:
             return TaskRun(name, "cached", fingerprint, executor_input, *cached)

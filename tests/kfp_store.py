@@ -7,7 +7,8 @@ backend uses, kubeflow/pipelines backend/src/v2/metadata/client.go (KFP 2.x): Ge
 CreateExecution, PrePublishExecution, RecordArtifact, PublishExecution,
 GetOutputArtifactsByExecutionId, and converter.go's StructValueToMLMDValue. `run_pipeline`
 plays the driver and the launcher over the root DAG of the PipelineSpec that
-`nmt kubeflow compile` writes (pipeline.kubeflow_runner.compile_pipeline):
+`nmt kubeflow compile` writes (pipeline.kubeflow_runner.compile_pipeline), in the task order
+and with the cache key that tests/kfp_launcher.py uses too (tests/kfp_dag.py):
 
 - backend/src/v2/driver/driver.go RootDAG: the pipeline and run contexts, and the run's
   system.DAGExecution "run/<run id>" with the runtime parameters as inputs. KFP never marks a
@@ -46,8 +47,10 @@ from typing import Any, Callable, Iterable, Mapping
 import ml_metadata as mlmd
 import yaml
 from google.protobuf import json_format, struct_pb2
+from kfp.pipeline_spec import pipeline_spec_pb2 as pb
 from ml_metadata.proto import metadata_store_pb2 as mlmd_pb
 
+import kfp_dag
 from components.fra_example_gen import fingerprint
 
 # client.go
@@ -462,22 +465,6 @@ def _value(value: struct_pb2.Value) -> Any:
     return json_format.MessageToDict(value)
 
 
-def _order(tasks: Mapping[str, Any]) -> list[str]:
-    """The tasks in an order that runs each after the ones it depends on."""
-    done: list[str] = []
-    while len(done) < len(tasks):
-        done.append(min(name for name, task in tasks.items() if name not in done
-                        and set(task.dependent_tasks) <= set(done)))
-    return done
-
-
-def _fingerprint(task: str, parameters: Mapping[str, Any],
-                 artifacts: Mapping[str, list[int]]) -> str:
-    """Stands for KFP's cache key (cacheutils GenerateCacheKey: inputs, outputs, image...)."""
-    return hashlib.sha256(json.dumps([task, parameters, artifacts, IMAGE],
-                                     sort_keys=True).encode()).hexdigest()
-
-
 def run_pipeline(client: KfpClient, spec: Any, parameters: Mapping[str, Any],
                  cache: dict[str, str], fail: Iterable[str] = ()) -> Run:
     """One run of the compiled pipeline, as KFP's driver and launcher record it; `cache` is
@@ -492,12 +479,15 @@ def run_pipeline(client: KfpClient, spec: Any, parameters: Mapping[str, Any],
         DAG_EXECUTION, name=f"run/{run_id}", input_parameters=runtime))
     run, executions = Run(run_id, runtime, {}), {}
     tasks = spec.root.dag.tasks
-    for name in _order(tasks):
+    deployment = json_format.ParseDict(json_format.MessageToDict(spec.deployment_spec),
+                                       pb.PipelineDeploymentConfig())
+    for name in kfp_dag.run_order(tasks):
         task = tasks[name]
         succeeded = {done for done, record in run.tasks.items() if record.state != "failed"}
-        if not set(task.dependent_tasks) <= succeeded:
+        if not kfp_dag.upstream(task) <= succeeded:
             continue  # Argo never starts a task whose upstream failed
         component = spec.components[task.component_ref.name]
+        container = deployment.executors[component.executor_label].container
         params = {key: runtime[p.component_input_parameter] if p.component_input_parameter
                   else _value(p.runtime_value.constant)
                   for key, p in task.inputs.parameters.items()}
@@ -506,7 +496,10 @@ def run_pipeline(client: KfpClient, spec: Any, parameters: Mapping[str, Any],
                       a.task_output_artifact.output_artifact_key]
                   for key, a in task.inputs.artifacts.items()}
         input_ids = {key: [artifact.id] for key, artifact in inputs.items()}
-        fingerprint = _fingerprint(name, params, input_ids)
+        # (input artifacts named by their MLMD ids)
+        fingerprint = kfp_dag.cache_key(
+            component, container, {key: [str(i) for i in ids] for key, ids in input_ids.items()},
+            params)
         cached = cache.get(fingerprint, "") if task.caching_options.enable_cache else ""
         execution = client.create_execution(pipeline, ExecutionConfig(
             CONTAINER_EXECUTION, task_name=name, parent_dag_id=dag.id, input_parameters=params,

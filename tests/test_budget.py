@@ -142,6 +142,18 @@ def test_the_decided_step_is_never_inside_a_cooldown_already_begun():
     assert budget.TimeBudget(100.0, 0.0, cooldown_fraction=0.2).decide(1, now=10.0) == 0
 
 
+def test_estimating_records_nothing_observing_does():
+    """The rate starts at the first observed step, whoever asks for an estimate before."""
+    time_budget = budget.TimeBudget(100.0, started=0.0)
+    assert time_budget.estimate(1, now=10.0) is None  # nothing observed: not measured yet
+    assert time_budget.estimate(5, now=14.0) is None  # ...and asking did not start the rate
+    time_budget.observe(1, now=10.0)
+    time_budget.observe(5, now=14.0)  # the rate starts at the first observation only
+    assert time_budget.estimate(1, now=10.0) is None
+    assert time_budget.estimate(5, now=14.0) == 5 + 86  # 1 s per step, 86 s left
+    assert time_budget.estimate(5, now=14.0) == 5 + 86  # the same answer when asked again
+
+
 @pytest.mark.parametrize("seconds_per_step, minutes, long_run", [
     (0.58, 15, False), (0.58, 30, False), (0.58, 60, True), (0.275, 30, True)])
 def test_the_recipe_follows_the_steps_the_budget_buys(caplog, seconds_per_step, minutes,
@@ -226,7 +238,7 @@ def test_the_plan_is_kept_beside_the_checkpoints(tmp_path):
 def test_the_repeat_flags_reproduce_the_budgeted_run():
     """The flags printed at the end of a budgeted run give `nmt run` the same steps, recipe and
     precision, with no budget."""
-    from pipeline import cli
+    from cli import main as cli
 
     plan = budget.Plan(precision="float32", recipe=dict(LONG_RUN_RECIPE))
     trained = dataclasses.replace(plan.apply(get_profile("cpu"), {"ema_momentum": 0.99}),

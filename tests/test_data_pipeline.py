@@ -153,7 +153,7 @@ def test_anomaly_stops_the_pipeline_before_transform(tmp_path, nmt_pipeline):
 
 def test_killed_run_can_be_rerun_without_cleanup(fra_sample, smoke_run, tmp_path, nmt_pipeline):
     root = str(tmp_path / "root")
-    args = [sys.executable, "-m", "pipeline.cli", "run", "--data", fra_sample,
+    args = [sys.executable, "-m", "cli", "run", "--data", fra_sample,
             "--pipeline-root", root, *DATA_HALF]
     proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -75,7 +75,7 @@ def overlapping_runs(tmp_path_factory, nmt_pipeline) -> OverlappingRuns:
     tmp = tmp_path_factory.mktemp("overlap")
     data, root = write_pairs(tmp / "data" / "fra.txt", 300), str(tmp / "root")
     args = ["--data", data, "--pipeline-root", root, *TO_STATISTICS]
-    first = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", *args], cwd=REPO,
+    first = subprocess.Popen([sys.executable, "-m", "cli", "run", *args], cwd=REPO,
                              stderr=subprocess.PIPE, text=True)
     first_log = []
     for line in first.stderr:

@@ -7,7 +7,7 @@ import os
 
 from helpers import REPO
 
-PACKAGES = ("pipeline", "components", "trainer_module", "schemas")
+PACKAGES = ("cli", "pipeline", "components", "trainer_module", "schemas")
 
 
 def project_imports() -> dict[str, set[str]]:
@@ -71,5 +71,30 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycle_among_the_project_modules():
     graph = project_imports()
-    assert {"pipeline.cli", "trainer_module.task", "components.atomic_pusher"} <= set(graph)
+    assert {"cli.main", "trainer_module.task", "components.atomic_pusher"} <= set(graph)
     assert cycles(graph) == []
+
+
+def test_the_commands_sit_on_top_one_module_per_subcommand():
+    """`cli` imports the rest, nothing imports `cli`; each `nmt` subcommand has its module."""
+    graph = project_imports()
+    assert {m for m in graph if m.startswith("cli.")} == {
+        "cli.main", "cli.errors", "cli.__main__", "cli.run", "cli.translate", "cli.kubeflow",
+        "cli.metadata", "cli.report"}
+    below = {m: sorted(n for n in imports if n.split(".")[0] == "cli")
+             for m, imports in graph.items() if m.split(".")[0] != "cli"}
+    assert {m: names for m, names in below.items() if names} == {}
+
+
+def test_every_expected_error_of_the_commands_names_an_exception_class():
+    """cli.errors matches its table by module and class name: a typo would never match."""
+    import importlib
+
+    from cli import errors
+
+    for module, name, status in errors.EXPECTED_ERRORS:
+        assert issubclass(getattr(importlib.import_module(module), name), Exception), name
+        assert status in (1, 2)
+    assert errors.exit_status(errors.UsageError("x")) == 2
+    assert errors.exit_status(errors.CommandError("x")) == 1
+    assert errors.exit_status(KeyError("a bug")) is None

@@ -28,7 +28,7 @@ from conftest import REPO
 from helpers import send_json
 from pipeline import kfp_client, kubeflow_runner
 from pipeline.config import PipelineConfig
-from pipeline.kubeflow_cli import add_kubeflow_parser
+from cli import errors, kubeflow
 from trainer_module.settings import SettingsError, TrainerSettings
 
 IMAGE = "registry.example/nmt-fra-eng:test"
@@ -47,9 +47,9 @@ API = "/apis/v2beta1"
 def nmt_kubeflow(*args: str) -> int:
     """`nmt kubeflow ...` in this process, through the same parser the nmt CLI adds."""
     parser = argparse.ArgumentParser(prog="nmt")
-    add_kubeflow_parser(parser.add_subparsers(dest="command", required=True))
+    kubeflow.add_parser(parser.add_subparsers(dest="command", required=True))
     parsed = parser.parse_args(["kubeflow", *args])
-    return parsed.handler(parsed)
+    return errors.run_handler(parsed)
 
 
 def read_spec(path: str) -> pipeline_spec_pb2.PipelineSpec:

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from helpers import REPO
-from pipeline.run_summary import ComponentTime, RunFacts, Verdict, summary_lines
+from pipeline.run_summary import (ComponentTime, RunFacts, Verdict, nmt_command,
+                                  summary_lines)
 
 # Each noise source called the way the pipeline calls it, in a fresh process with nmt's
 # logging (argv[1]: "-v" or ""), then lines that must always get through.
@@ -159,3 +160,23 @@ def test_summary_of_a_run_stopped_by_to_lists_what_ran_and_says_so():
         "  Next: the same `nmt run` without --to StrictExampleValidator goes on from here "
         "(finished components are cached)",
     ]
+
+
+def test_the_next_command_is_the_running_nmt_as_the_user_can_call_it():
+    """`.venv/bin/nmt` after `make run` in a virtualenv that is not activated; `nmt` when PATH
+    finds the running one, or when it runs as `python -m cli`."""
+    not_on_path = lambda name: None  # noqa: E731
+    assert nmt_command(".venv/bin/nmt", not_on_path, cwd="/repo") == ".venv/bin/nmt"
+    assert nmt_command("/repo/.venv/bin/nmt", not_on_path, cwd="/repo") == ".venv/bin/nmt"
+    assert nmt_command("/opt/my env/bin/nmt", not_on_path, cwd="/repo") == "'/opt/my env/bin/nmt'"
+    assert nmt_command("/repo/.venv/bin/nmt", lambda name: "/usr/bin/nmt",
+                       cwd="/repo") == ".venv/bin/nmt"  # PATH finds another nmt
+    assert nmt_command(".venv/bin/nmt", lambda name: "/repo/.venv/bin/nmt", cwd="/repo") == "nmt"
+    assert nmt_command("nmt", not_on_path, cwd="/repo") == "nmt"  # found on PATH by the shell
+    assert nmt_command("/repo/cli/__main__.py", not_on_path, cwd="/repo") == "nmt"
+    lines = summary_lines(RunFacts(wall_seconds=1.0, components=COMPONENTS[:1],
+                                   to_component="Transform", nmt=".venv/bin/nmt"))
+    assert lines[-1].startswith("  Next: the same `.venv/bin/nmt run` without --to Transform")
+    lines = summary_lines(RunFacts(wall_seconds=1.0, components=COMPONENTS,
+                                   pushed_version="7", pushed_path="/r/7", nmt=".venv/bin/nmt"))
+    assert lines[-1] == '  Next: .venv/bin/nmt translate "Hello."'

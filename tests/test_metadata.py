@@ -22,7 +22,9 @@ from ml_metadata.proto import metadata_store_pb2
 from PIL import Image
 
 from conftest import SMOKE_TRAIN_STEPS, SmokeRun
-from pipeline import metadata, metadata_cli
+from cli import errors, report
+from cli import metadata as metadata_cli
+from pipeline import metadata
 from trainer_module.hparams import PROFILES
 
 UPSTREAM = ("FraTxtExampleGen", "ImportSchemaGen", "StatisticsGen", "StrictExampleValidator",
@@ -33,14 +35,14 @@ MATPLOTLIB_BLUE = (31, 119, 180)  # the first colour of every plot in the report
 
 
 def nmt(capsys, *argv: str) -> tuple[int, str, str]:
-    """`nmt ARGV` in-process, with the sub-commands that pipeline/cli.py adds."""
+    """`nmt ARGV` in-process, with the sub-commands that cli/main.py adds."""
     parser = argparse.ArgumentParser(prog="nmt")
     commands = parser.add_subparsers(dest="command", required=True)
-    metadata_cli.add_metadata_parser(commands)
-    metadata_cli.add_report_parser(commands)
+    metadata_cli.add_parser(commands)
+    report.add_parser(commands)
     args = parser.parse_args(argv)
     capsys.readouterr()
-    status = args.handler(args)
+    status = errors.run_handler(args)
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -299,7 +301,7 @@ def test_connection_flags_reach_grpc_and_mysql(capsys):
     assert "Connection refused" in error(capsys, "metadata", "runs", "--grpc-host",
                                          "127.0.0.1", "--grpc-port", str(port))
     parser = argparse.ArgumentParser()
-    metadata_cli.add_metadata_parser(parser.add_subparsers())
+    metadata_cli.add_parser(parser.add_subparsers())
     args = parser.parse_args(["metadata", "runs", "--mysql-host", "db", "--mysql-port", "3307",
                               "--mysql-database", "kubeflow_metadata", "--mysql-user", "u",
                               "--mysql-password", "p"])

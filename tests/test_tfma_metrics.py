@@ -1,10 +1,12 @@
 """CorpusBleu / CorpusChrf: exact sacreBLEU parity, mergeable accumulators, real TFMA runs."""
 from __future__ import annotations
 
+import json
 import logging
 
 import pickle
 import random
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -324,9 +326,15 @@ def test_empty_corpus_and_empty_merge_score_zero():
         assert combiner.extract_output(merged) == {combiner._key: 0.0}
 
 
+def metric_config(class_name: str, **config: Any) -> tfma.MetricConfig:
+    """A MetricConfig for CorpusBleu / CorpusChrf of components.tfma_metrics: the kwargs
+    become the metric's constructor arguments, as TFMA passes them."""
+    return tfma.MetricConfig(class_name=class_name, module=MODULE,
+                             config=json.dumps(config) if config else '')
+
+
 def test_metric_config_deserialises_with_options_and_name():
-    config = tfma_metrics.metric_config('CorpusBleu', name='bleu_lc', lowercase=True,
-                                        prediction_key='hyp')
+    config = metric_config('CorpusBleu', name='bleu_lc', lowercase=True, prediction_key='hyp')
     assert config.module == MODULE
     instance = metric_specs.metric_instance(config)
     assert isinstance(instance, CorpusBleu)
@@ -408,7 +416,7 @@ def test_analyze_raw_data_value_thresholds(tmp_path, passing):
             tfma.MetricConfig(class_name='CorpusBleu', module=MODULE,
                               per_slice_thresholds=on_overall_slice(
                                   _value_threshold(bleu + margin))),
-            tfma_metrics.metric_config('CorpusChrf'),
+            metric_config('CorpusChrf'),
         ])],
         slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=['group'])])
     config.metrics_specs[0].metrics[1].per_slice_thresholds.extend(

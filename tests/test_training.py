@@ -63,7 +63,7 @@ def test_nmt_runs_tensorflow_with_onednn_kernels_unless_told_not_to(setting, ena
     if setting is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = setting
     out = subprocess.run(
-        [sys.executable, "-c", "import pipeline.cli; from trainer_module import devices; "
+        [sys.executable, "-c", "import cli.main; from trainer_module import devices; "
          "print(devices.onednn_enabled())"],
         cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(enabled)

@@ -116,7 +116,9 @@ def make_plan(hparams: HParams, probe: Callable[[HParams], float],
 class TimeBudget:
     """Decides the final step: the one at which training has used `seconds`, at the step rate
     measured so far (after the first step, which traces), fixed just before the cooldown of that
-    many steps would begin. Time before `started` counts as `spent_before` (a resumed run)."""
+    many steps would begin. Time before `started` counts as `spent_before` (a resumed run).
+    `observe` records the steps as they end (StopTraining calls it); `estimate` and `decide`
+    only read what was observed."""
 
     def __init__(self, seconds: float, started: float, spent_before: float = 0.0,
                  cooldown_fraction: float = 0.0) -> None:
@@ -127,10 +129,16 @@ class TimeBudget:
     def elapsed(self, now: float) -> float:
         return self.spent_before + now - self.started
 
-    def estimate(self, step: int, now: float) -> int | None:
-        """The step at which the budget runs out at the rate so far (None: not measured yet)."""
+    def observe(self, step: int, now: float) -> None:
+        """Records that `step` ended at `now`: the first observation starts the step rate."""
         if self._rate_start is None:
             self._rate_start = (step, now)
+
+    def estimate(self, step: int, now: float) -> int | None:
+        """The step at which the budget runs out at the rate observed so far (None: not
+        measured yet, i.e. no observation before `step`)."""
+        if self._rate_start is None:
+            return None
         first_step, first_time = self._rate_start
         if step <= first_step:
             return None

@@ -165,8 +165,9 @@ class StopTraining(keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy())
         final = int(self.final_step.numpy())
         if not final and self.budget is not None and step % self.agree_every == 0:
-            decided = (self.budget.decide(step, time.time(), self.agree_every)
-                       if self._chief else 0)
+            now = time.time()
+            self.budget.observe(step, now)
+            decided = self.budget.decide(step, now, self.agree_every) if self._chief else 0
             final = int(devices.chief_value(self.strategy, decided))
             if final:
                 self.final_step.assign(final)

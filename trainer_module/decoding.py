@@ -1,4 +1,4 @@
-"""In-graph decoding (greedy, beam search, uncached greedy reference) for a `Transformer`.
+"""In-graph decoding (greedy, beam search) for a `Transformer`.
 
 All three take a batch of source ids [B, S] padded with PAD_ID, work inside tf.function with a
 variable batch size and length, and return (token_ids [B, L] int32, scores [B] float32).
@@ -56,7 +56,8 @@ def _per_sentence(max_length: tf.Tensor | int,
 
 def _greedy_loop(next_logits: NextLogits, state: Any,
                  limits: tf.Tensor, loop_length: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Argmax decoding shared by the cached and uncached variants; stops when all finished."""
+    """Argmax decoding, from `next_logits` (tests/test_model.py also gives it an uncached
+    one); stops when all finished."""
     batch_size = tf.shape(limits)[0]
 
     def body(step, last_tokens, finished, scores, tokens, state):
@@ -89,24 +90,6 @@ def greedy_decode(model: Transformer, source_ids: tf.Tensor,
     memory, source_mask = model.encode(source_ids)
     cache = model.init_cache(memory, source_mask, loop_length)
     return _greedy_loop(model.decode_step, cache, limits, loop_length)
-
-
-def uncached_greedy_decode(model: Transformer, source_ids: tf.Tensor,
-                           max_length: tf.Tensor | int) -> tuple[tf.Tensor, tf.Tensor]:
-    """Reference for `greedy_decode`: re-runs the full decoder on the whole prefix each step.
-
-    Quadratic in the output length; kept for tests and as the baseline of the decoding benchmark.
-    """
-    limits, loop_length = _per_sentence(max_length, source_ids)
-    memory, source_mask = model.encode(source_ids)
-
-    def next_logits(last_tokens, step, prefix):
-        prefix = _write_at(prefix, last_tokens, step)
-        logits, _ = model.decode(prefix[:, :step + 1], memory, source_mask)
-        return logits[:, -1], prefix
-
-    prefix = tf.zeros([tf.shape(source_ids)[0], loop_length], tf.int32)
-    return _greedy_loop(next_logits, prefix, limits, loop_length)
 
 
 def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:

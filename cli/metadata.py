@@ -1,20 +1,18 @@
-"""`nmt metadata runs|artifacts|lineage|models|diff` and `nmt report`: the ML Metadata store,
-read for people (aligned tables) or scripts (--json), without writing MLMD queries.
+"""`nmt metadata runs|artifacts|lineage|models|diff`: the ML Metadata store, read for people
+(aligned tables) or scripts (--json), without writing MLMD queries.
 
 The store is the local SQLite one of the pipeline root by default; --mysql-* or --grpc-* flags
 read a MySQL-backed store or an MLMD gRPC server instead (as Kubeflow deploys it). Runs written
 by `nmt run` (TFX's LocalDagRunner) and by Kubeflow Pipelines v2 are both understood: the
 layout is told from the store (pipeline.metadata). TensorFlow and TFMA load only when a command
-needs them (metrics, the report), so `runs` stays fast.
+needs them (metrics), so `runs` stays fast. The store flags are `nmt report`'s too.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
-import sys
 from typing import Any, Callable
 
 from pipeline import config as config_lib
@@ -25,9 +23,9 @@ Columns = list[tuple[str, str]]  # (row key, header)
 Table = tuple[str, list[dict[str, Any]], Columns]  # (title, rows, columns)
 
 
-# --- Connection flags, shared by every command --------------------------------------------
+# --- Connection flags, shared by every command and `nmt report` --------------------------
 
-def _store_flags() -> argparse.ArgumentParser:
+def store_flags() -> argparse.ArgumentParser:
     flags = argparse.ArgumentParser(add_help=False)
     group = flags.add_argument_group(
         "metadata store", "default: the SQLite store <pipeline root>/metadata.sqlite")
@@ -46,7 +44,7 @@ def _store_flags() -> argparse.ArgumentParser:
     return flags
 
 
-def _pipeline_root(args: argparse.Namespace) -> str:
+def pipeline_root(args: argparse.Namespace) -> str:
     return config_lib.PipelineConfig(
         data_path="", **({"pipeline_root": args.pipeline_root} if args.pipeline_root else {})
     ).pipeline_root
@@ -62,20 +60,7 @@ def store_config(args: argparse.Namespace) -> metadata.StoreConfig:
         return metadata.mysql_config(args.mysql_host, args.mysql_port, args.mysql_database,
                                      args.mysql_user, args.mysql_password)
     return metadata.sqlite_config(config_lib.PipelineConfig(
-        data_path="", pipeline_root=_pipeline_root(args)).metadata_path)
-
-
-def _reporting_errors(handler: Callable[[argparse.Namespace], int]
-                     ) -> Callable[[argparse.Namespace], int]:
-    """A missing store, unknown id... ends with one `nmt: error:` line and status 2."""
-    @functools.wraps(handler)
-    def handle(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except metadata.MetadataError as err:
-            print(f"nmt: error: {err}", file=sys.stderr)
-            return 2
-    return handle
+        data_path="", pipeline_root=pipeline_root(args)).metadata_path)
 
 
 # --- Tables -------------------------------------------------------------------------------
@@ -176,7 +161,6 @@ _COMMANDS = (
 
 
 def _handler(command: _Command) -> Callable[[argparse.Namespace], int]:
-    @_reporting_errors
     def handle(args: argparse.Namespace) -> int:
         result = command.query(metadata.connect(store_config(args)), args)
         if args.json:
@@ -191,43 +175,15 @@ def _handler(command: _Command) -> Callable[[argparse.Namespace], int]:
     return handle
 
 
-def add_metadata_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """`nmt metadata COMMAND [--json] [store flags]`."""
     parser = subparsers.add_parser("metadata", help="inspect runs, artifacts, lineage and "
                                                     "models in ML Metadata", description=__doc__)
     commands = parser.add_subparsers(dest="metadata_command", required=True)
-    flags = _store_flags()
+    flags = store_flags()
     for command in _COMMANDS:
         sub = commands.add_parser(command.name, help=command.help, description=command.help,
                                   parents=[flags])
         command.arguments(sub)
         sub.add_argument("--json", action="store_true", help="print JSON for scripts")
         sub.set_defaults(handler=_handler(command))
-
-
-def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
-    """`nmt report [RUN] [--output DIR] [store flags]`."""
-    parser = subparsers.add_parser(
-        "report", parents=[_store_flags()],
-        help="write an HTML report of a run: loss curves, BLEU by length, sample "
-             "translations, attention")
-    parser.add_argument("run", nargs="?", metavar="RUN",
-                        help="run id or a unique prefix (default: the newest run)")
-    parser.add_argument("--output", metavar="DIR",
-                        help="where report.html and its PNGs go "
-                             "(default: <pipeline root>/reports/<run>)")
-    parser.add_argument("--samples", type=int, default=8,
-                        help="eval sentences to translate (default 8)")
-    parser.set_defaults(handler=_report)
-
-
-@_reporting_errors
-def _report(args: argparse.Namespace) -> int:
-    from pipeline import report  # heavy (TF, matplotlib): only when needed
-
-    store = metadata.connect(store_config(args))
-    run_id = metadata.get_run(store, args.run)["run"]
-    output = args.output or os.path.join(_pipeline_root(args), "reports",
-                                         run_id.replace(":", ""))
-    print(report.write_report(store, run_id, output, args.samples))
-    return 0

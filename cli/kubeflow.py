@@ -11,10 +11,10 @@ import argparse
 import contextlib
 import os
 import re
-import sys
 import tempfile
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
+from cli.errors import CommandError, UsageError
 from pipeline import config as config_lib
 from pipeline.training_flags import add_training_flags, training_config
 
@@ -30,14 +30,6 @@ _DEFAULT_REGION = "us-central1"
 _DEFAULT_MACHINE_TYPE = "n1-standard-8"
 _MEMORY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-class _UsageError(ValueError):
-    """The flags do not make a command (exit status 2, as for argparse's own errors)."""
-
-
-class _Failure(RuntimeError):
-    """The command could not do its job (exit status 1); the message says why."""
 
 
 def _cpu_millicores(text: str) -> int:
@@ -158,7 +150,7 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                         help="upload this compiled pipeline instead of compiling one")
 
 
-def add_kubeflow_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds `kubeflow compile|submit|schedule` to the `nmt` parser."""
     kubeflow = subparsers.add_parser("kubeflow", help="compile for, run or schedule on Kubeflow "
                                      "Pipelines", description=__doc__)
@@ -221,17 +213,17 @@ def _vertex_training(args: argparse.Namespace) -> kubeflow_runner.VertexTraining
 
     if args.trainer_workers <= 1:
         if args.trainer_machine_type:
-            raise _UsageError("--trainer-machine-type applies with --trainer-workers 2 or more")
+            raise UsageError("--trainer-machine-type applies with --trainer-workers 2 or more")
         return None
     if args.backend != "vertex":
-        raise _UsageError("--trainer-workers needs --backend vertex: open-source KFP runs "
-                          "each task as one pod and has no multi-machine task")
+        raise UsageError("--trainer-workers needs --backend vertex: open-source KFP runs "
+                         "each task as one pod and has no multi-machine task")
     if args.trainer_cpu or args.trainer_memory:
-        raise _UsageError("--trainer-cpu/--trainer-memory size one container; with "
-                          "--trainer-workers each machine is --trainer-machine-type")
+        raise UsageError("--trainer-cpu/--trainer-memory size one container; with "
+                         "--trainer-workers each machine is --trainer-machine-type")
     if not args.project:
-        raise _UsageError(f"--trainer-workers needs --project (or ${_PROJECT_ENV}): the "
-                          "custom job runs in that project")
+        raise UsageError(f"--trainer-workers needs --project (or ${_PROJECT_ENV}): the "
+                         "custom job runs in that project")
     return kubeflow_runner.VertexTraining(
         workers=args.trainer_workers, project=args.project, region=args.region,
         machine_type=args.trainer_machine_type or _DEFAULT_MACHINE_TYPE, gpus=args.trainer_gpus,
@@ -244,7 +236,7 @@ def _compile_to(args: argparse.Namespace,
     missing = [flag for flag, value in (("--image", args.image), ("--data", args.data),
                                         ("--pipeline-root", args.pipeline_root)) if not value]
     if missing:
-        raise _UsageError(f"compiling needs {', '.join(missing)}")
+        raise UsageError(f"compiling needs {', '.join(missing)}")
     _check_storage(args)
     from pipeline import kubeflow_runner  # heavy (TFX, TF): only when needed
 
@@ -258,22 +250,16 @@ def _compile_to(args: argparse.Namespace,
             config, args.image, output_path, _resources(args), backend=args.backend,
             beam_resources=_beam_resources(args), vertex_training=vertex_training)
     except kubeflow_runner.ComponentNotFoundError as err:
-        raise _Failure(str(err)) from None
+        raise CommandError(str(err)) from None
 
 
 def _check_storage(args: argparse.Namespace) -> None:
     """The storage flags (and a data_root --param) name paths every pod can use."""
-    from pipeline.kfp_client import UnsupportedStorageError, check_storage
+    from pipeline.kfp_client import check_storage
 
-    given = [("--pipeline-root", args.pipeline_root), ("--data", args.data),
-             *[("--param data_root", p.partition("=")[2]) for p in getattr(args, "param", [])
-               if p.startswith("data_root=")]]
-    try:
-        for flag, path in given:
-            if path:
-                check_storage(flag, path)
-    except UnsupportedStorageError as err:
-        raise _UsageError(str(err)) from None
+    check_storage(("--pipeline-root", args.pipeline_root), ("--data", args.data),
+                  *[("--param data_root", p.partition("=")[2]) for p in getattr(args, "param", [])
+                    if p.startswith("data_root=")])
 
 
 @contextlib.contextmanager
@@ -283,8 +269,8 @@ def _package_path(args: argparse.Namespace) -> Iterator[str]:
         compile_only = [action.option_strings[0] for action in args.compile_actions
                         if getattr(args, action.dest) != action.default]
         if compile_only:
-            raise _UsageError(f"{', '.join(compile_only)} only apply when compiling; "
-                              "--package is uploaded as it was compiled")
+            raise UsageError(f"{', '.join(compile_only)} only apply when compiling; "
+                             "--package is uploaded as it was compiled")
         _check_storage(args)
         yield args.package
         return
@@ -292,20 +278,6 @@ def _package_path(args: argparse.Namespace) -> Iterator[str]:
         path = os.path.join(tmp, "pipeline.yaml")
         _compile_to(args, path)
         yield path
-
-
-def _reported(command: Callable[[], int]) -> int:
-    """Runs the command; expected failures become one `nmt: error:` line and an exit status."""
-    from pipeline.kfp_client import KfpError
-
-    try:
-        return command()
-    except _UsageError as err:
-        print(f"nmt: error: {err}", file=sys.stderr)
-        return 2
-    except (_Failure, KfpError) as err:
-        print(f"nmt: error: {err}", file=sys.stderr)
-        return 1
 
 
 def _caching(spec: pipeline_spec_pb2.PipelineSpec) -> str:
@@ -332,16 +304,14 @@ def _caching(spec: pipeline_spec_pb2.PipelineSpec) -> str:
 def _compile(args: argparse.Namespace) -> int:
     from google.protobuf import json_format
 
-    def command() -> int:
-        spec = _compile_to(args, args.output)
-        defaults = ", ".join(f"{name}={json_format.MessageToDict(p.default_value)}"
-                             for name, p in spec.root.input_definitions.parameters.items())
-        print(f"Wrote {args.output}: pipeline {spec.pipeline_info.name} for {args.backend}, "
-              f"image {args.image}, pipeline root {spec.default_pipeline_root}; runtime "
-              f"parameters: {defaults}")
-        print(f"{args.backend}: {_caching(spec)}")
-        return 0
-    return _reported(command)
+    spec = _compile_to(args, args.output)
+    defaults = ", ".join(f"{name}={json_format.MessageToDict(p.default_value)}"
+                         for name, p in spec.root.input_definitions.parameters.items())
+    print(f"Wrote {args.output}: pipeline {spec.pipeline_info.name} for {args.backend}, "
+          f"image {args.image}, pipeline root {spec.default_pipeline_root}; runtime "
+          f"parameters: {defaults}")
+    print(f"{args.backend}: {_caching(spec)}")
+    return 0
 
 
 def _start_on_vertex(args: argparse.Namespace, recurring: bool) -> int:
@@ -349,7 +319,7 @@ def _start_on_vertex(args: argparse.Namespace, recurring: bool) -> int:
     from pipeline import kfp_client, vertex_client
 
     if not args.project:
-        raise _UsageError(f"--backend vertex needs --project (or ${_PROJECT_ENV})")
+        raise UsageError(f"--backend vertex needs --project (or ${_PROJECT_ENV})")
     endpoint = vertex_client.VertexEndpoint(
         project=args.project, region=args.region, service_account=args.service_account,
         api_endpoint=args.api_endpoint)
@@ -371,34 +341,32 @@ def _start(args: argparse.Namespace, recurring: bool) -> int:
     """Shared by submit and schedule: package, endpoint, parameters; then one call."""
     from pipeline import kfp_client
 
-    def command() -> int:
-        if args.backend == "vertex":
-            return _start_on_vertex(args, recurring)
-        if not args.host:
-            raise _UsageError(f"--host is required (or set {_KFP_ENDPOINT_ENV})")
-        endpoint = kfp_client.Endpoint(
-            host=args.host, namespace=args.namespace, existing_token=args.existing_token,
-            cookies=args.cookies, sa_token_path=args.sa_token_path, ui_host=args.ui_host)
-        with _package_path(args) as path:
-            package = kfp_client.Package.read(path)
-            if package.has_resolvers:
-                raise _UsageError(f"{path} was compiled with --backend vertex: open-source KFP "
-                                  "cannot run its resolver steps; compile it with --backend "
-                                  "kfp, or submit it with --backend vertex")
-            params = kfp_client.parameter_values(package, args.param)
-            if recurring:
-                started = kfp_client.schedule(endpoint, package, args.experiment, params,
-                                              args.cron, args.name, args.pipeline_root)
-            else:
-                started = kfp_client.submit(endpoint, package, args.experiment, params,
-                                            args.name, args.pipeline_root)
-        version_link = endpoint.link(
-            f"pipelines/details/{started.pipeline_id}/version/{started.version_id}")
-        print(f"Uploaded pipeline {package.name}, version {started.version_id}: {version_link}")
-        what = f"Recurring run (cron {kfp_client.kfp_cron(args.cron)!r})" if recurring else "Run"
-        print(f"{what} {started.id} in experiment {args.experiment}: {started.link}")
-        return 0
-    return _reported(command)
+    if args.backend == "vertex":
+        return _start_on_vertex(args, recurring)
+    if not args.host:
+        raise UsageError(f"--host is required (or set {_KFP_ENDPOINT_ENV})")
+    endpoint = kfp_client.Endpoint(
+        host=args.host, namespace=args.namespace, existing_token=args.existing_token,
+        cookies=args.cookies, sa_token_path=args.sa_token_path, ui_host=args.ui_host)
+    with _package_path(args) as path:
+        package = kfp_client.Package.read(path)
+        if package.has_resolvers:
+            raise UsageError(f"{path} was compiled with --backend vertex: open-source KFP "
+                             "cannot run its resolver steps; compile it with --backend "
+                             "kfp, or submit it with --backend vertex")
+        params = kfp_client.parameter_values(package, args.param)
+        if recurring:
+            started = kfp_client.schedule(endpoint, package, args.experiment, params,
+                                          args.cron, args.name, args.pipeline_root)
+        else:
+            started = kfp_client.submit(endpoint, package, args.experiment, params,
+                                        args.name, args.pipeline_root)
+    version_link = endpoint.link(
+        f"pipelines/details/{started.pipeline_id}/version/{started.version_id}")
+    print(f"Uploaded pipeline {package.name}, version {started.version_id}: {version_link}")
+    what = f"Recurring run (cron {kfp_client.kfp_cron(args.cron)!r})" if recurring else "Run"
+    print(f"{what} {started.id} in experiment {args.experiment}: {started.link}")
+    return 0
 
 
 def _submit(args: argparse.Namespace) -> int:

@@ -1,0 +1,42 @@
+"""`nmt`: the one command-line entry point: run, translate, kubeflow, metadata, report."""
+from __future__ import annotations
+
+import os
+import sys
+
+# Before TF loads: its C++ start-up chatter (CUDA factory registration "errors" on machines
+# without a GPU, CPU feature notes) is noise to a user; -v/--verbose shows it.
+if not {"-v", "--verbose"} & set(sys.argv[1:]):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Also before TF loads: TensorFlow turns its oneDNN CPU kernels on by itself only on CPUs with
+# AVX512-VNNI, bfloat16 or AMX units, yet they train faster than its default Eigen kernels on
+# AVX2-only CPUs too (BENCHMARKS.md, "oneDNN kernels"); TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen. The image sets the same for the compiled pipeline.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+import argparse
+import warnings
+
+# Google client libraries warn at import about Python versions they will drop one day.
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
+
+from cli import errors, kubeflow, metadata, report, run, translate
+from pipeline import logs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nmt", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show all library logs")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for command in (run, translate, kubeflow, metadata, report):
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logs.configure(args.verbose)
+    return errors.run_handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
