@@ -16,6 +16,8 @@ import subprocess
 import sys
 
 _OUR_PACKAGES = ("cli", "pipeline", "components", "trainer_module")
+# Where those packages are (a library's own "components/" directory is not ours).
+_PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace(os.sep, "/")
 _TFX_PROGRESS = re.compile(r"^(Component .* is (running|finished)|A cached execution)")
 # The libraries that run the components: we call them, they call TensorFlow.
 _LIBRARIES = ("tfx", "tfx_bsl", "tensorflow_transform", "tensorflow_model_analysis",
@@ -62,6 +64,10 @@ _KNOWN_NOISE = (
     # (apache/beam#34226). Our TFRecords are a few MB, so the slower checksum costs nothing.
     _Noise("apache_beam.io.tfrecordio", "apache_beam/io/tfrecordio.py",
            "Couldn't find python-snappy"),
+    # `nmt run --to C` is a TFX partial run; on a pipeline root with no earlier run TFX 1.16
+    # finds no base run to link it to (partial_run_utils.put_parent_context), says so as a
+    # warning with a context proto, and runs every component anyway.
+    _Noise("absl", "tfx/orchestration/portable/partial_run_utils.py", "base run context "),
 )
 
 
@@ -92,9 +98,49 @@ class _LibraryDeprecationFilter(logging.Filter):
         return not any(f"/{library}/" in call_site for library in _LIBRARIES)
 
 
+# Beam's multi_processing workers send their log records to the runner, which logs each one as
+# "Worker: <its LogEntry proto as text>" (apache_beam/runners/portability/local_job_service.py).
+_WORKER_RELAY = "apache_beam.runners.portability.local_job_service"
+_WORKER_NOISE = (
+    # Beam 2.59's worker start-up under the DirectRunner: it has no staging directory and is
+    # handed the runner's own options; both are about the local runner, not the pipeline.
+    "No semi_persistent_directory found",
+    "Discarding unparseable args",
+    # as in _KNOWN_NOISE (apache/beam#33407)
+    "Couldn't find python-snappy",
+)
+
+
+class _WorkerLogFilter(logging.Filter):
+    """Unwraps what Beam's worker processes log: our own records read as if logged here (so
+    "Learned english_vocab ..." shows in multi_processing too), `_WORKER_NOISE` is dropped, and
+    anything else stays as Beam relays it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "Worker: %s" or not record.args:
+            return True
+        from apache_beam.portability.api import beam_fn_api_pb2
+        from google.protobuf import text_format
+
+        entry = beam_fn_api_pb2.LogEntry()
+        try:
+            text_format.Parse(str(record.args[0]), entry)
+        except text_format.ParseError:
+            return True
+        if entry.message.startswith(_WORKER_NOISE):
+            return False
+        location = entry.log_location.replace(os.sep, "/")
+        package = next((p for p in _OUR_PACKAGES if location.startswith(f"{_PROJECT}/{p}/")),
+                       None)
+        if package:
+            record.name, record.msg, record.args = package, entry.message, ()
+        return True
+
+
 _LOGGER_FILTERS = {
     **{logger: _KnownNoiseFilter(logger) for logger in {n.logger for n in _KNOWN_NOISE}},
     "tensorflow": _LibraryDeprecationFilter(),
+    _WORKER_RELAY: _WorkerLogFilter(),
 }
 
 # Lines that TensorFlow's C++ code writes to file descriptor 2 itself: absl logging before
@@ -109,13 +155,27 @@ _NATIVE_NOISE = re.compile(
     # absl's note that precedes the first such line; it says nothing about the run.
     rb"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
     rb"STDERR")
+# A traceback that Beam's worker processes print as they exit: TF 2.16's AtomicFunction.__del__
+# reads the module global RUNTIME_FUNCTION_REFS, which interpreter shutdown has already set to
+# None; the work is done by then. Dropped: this header, the traceback lines, and that TypeError.
+_SHUTDOWN_TRACEBACK = (rb"^Exception ignored in: <function AtomicFunction\.__del__",
+                       rb"^TypeError: 'NoneType' object is not subscriptable")
 # Runs in a child process, so that a crash of `nmt` (a C++ abort, a kill) loses nothing it
 # wrote: the child forwards every other line until the last writer closes the pipe.
 _FORWARD_STDERR = """
 import re, sys
-noise = re.compile(sys.argv[1].encode("latin-1"))
+noise, header, last = (re.compile(a.encode("latin-1")) for a in sys.argv[1:4])
+in_traceback = False
 for line in sys.stdin.buffer:
-    if not noise.search(line):
+    if in_traceback:
+        if line.startswith((b"Traceback (most recent call last):", b"  File ", b"    ")):
+            continue
+        in_traceback = False
+        if last.search(line):
+            continue
+    if header.search(line):
+        in_traceback = True
+    elif not noise.search(line):
         sys.stdout.buffer.write(line)
         sys.stdout.buffer.flush()
 """
@@ -134,7 +194,7 @@ def _filter_native_stderr() -> None:
     # A session of its own: Ctrl-C interrupts `nmt`, whose last words the child must forward.
     _native_filter = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", _FORWARD_STDERR,
-         _NATIVE_NOISE.pattern.decode("latin-1")],
+         *(p.decode("latin-1") for p in (_NATIVE_NOISE.pattern, *_SHUTDOWN_TRACEBACK))],
         stdin=read_end, stdout=terminal, start_new_session=True)
     os.close(read_end)
     os.dup2(write_end, 2)
@@ -160,6 +220,9 @@ def configure(verbose: bool = False) -> None:
         for name, noise_filter in _LOGGER_FILTERS.items():
             logging.getLogger(name).addFilter(noise_filter)
         _filter_native_stderr()
+        # Beam's worker processes inherit this: Google's client libraries warn at import
+        # about Python versions they will drop one day (cli/main.py filters it here).
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     # TFX reports progress through absl's logger, whose level tf.saved_model.save (run by
     # Transform and Trainer) raises to WARNING as a side effect: pin it at INFO.

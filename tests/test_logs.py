@@ -55,6 +55,32 @@ os.write(2, b'W0000 00:00:1795593451.192933    3130 op_level_cost_estimator.cc:6
 os.write(2, b"W0000 00:00:1795593451.2 3130 some_kernel.cc:1] another C++ warning\n")
 import logging
 logging.getLogger("absl").warning("Another TFX warning.")
+# TFX's partial-run warning (nmt run --to on a fresh root), logged from its own file.
+absl_logger = logging.getLogger("absl")
+absl_logger.handle(absl_logger.makeRecord(
+    "absl", logging.WARNING, "/x/tfx/orchestration/portable/partial_run_utils.py", 834,
+    "base run context %s or new pipeline run context %s not found.", (None, "id: 2"), None))
+# What Beam's multi_processing workers log, relayed by the runner as it relays them.
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners.portability.local_job_service import BeamFnLoggingServicer
+Entry = beam_fn_api_pb2.LogEntry
+BeamFnLoggingServicer().Logging([Entry.List(log_entries=[
+    Entry(severity=Entry.Severity.WARN, message="No semi_persistent_directory found: Functions "
+          "defined in __main__ (interactive session) may fail.",
+          log_location="/x/apache_beam/runners/worker/sdk_worker_main.py:123"),
+    Entry(severity=Entry.Severity.INFO, message="Learned english_vocab: 12 WordPiece pieces.",
+          log_location=os.path.join(os.getcwd(), "trainer_module", "preprocessing.py:240")),
+    Entry(severity=Entry.Severity.WARN, message="A warning of the worker.",
+          log_location="/x/apache_beam/runners/worker/operations.py:1"),
+    Entry(severity=Entry.Severity.INFO, message="tensorflow_recommenders is not available.",
+          log_location="/x/tfx/components/trainer/rewriting/rewriter_factory.py:1")])])
+os.write(2, b"Exception ignored in: <function AtomicFunction.__del__ at 0x7f08b24a5580>\n"
+            b"Traceback (most recent call last):\n"
+            b'  File "/x/tensorflow/python/eager/polymorphic_function/atomic_function.py", '
+            b"line 291, in __del__\n"
+            b"TypeError: 'NoneType' object is not subscriptable\n"
+            b"  FraTxtExampleGen   1.0 s  executed\n")
+print("PYTHONWARNINGS", os.environ.get("PYTHONWARNINGS"), file=sys.stderr)
 """
 NOISE = {  # filter -> the line it drops
     "channel_resolver": "ArtifactQuery.property_predicate is not supported.",
@@ -64,9 +90,14 @@ NOISE = {  # filter -> the line it drops
     "library deprecation": "tf_record_iterator (from tensorflow.python.lib.io.tf_record) is "
                            "deprecated",
     "grappler": 'Error in PredictCost() for the op: op: "Softmax"',
+    "beam worker start-up": "No semi_persistent_directory found",
+    "partial run": "base run context None or new pipeline run context id: 2 not found.",
+    "library info from a worker": "tensorflow_recommenders is not available.",
+    "worker shutdown traceback": "Exception ignored in: <function AtomicFunction.__del__",
 }
 ALWAYS = ("pipeline/x.py:1: <lambda> (from __main__) is deprecated",
-          "another C++ warning", "WARNING Another TFX warning.")
+          "another C++ warning", "WARNING Another TFX warning.", "A warning of the worker.",
+          "  FraTxtExampleGen   1.0 s  executed")
 
 
 def run_noise_script(verbose: bool, tmp_path) -> str:
@@ -85,6 +116,12 @@ def test_each_noise_filter_drops_its_line_and_verbose_keeps_it(verbose, tmp_path
         assert (line in log) == verbose, f"{name}: {line!r}\n{log[-3000:]}"
     for line in ALWAYS:
         assert line in log, log[-3000:]
+    # A worker's record from our code reads as if logged here; verbose shows Beam's relay.
+    unwrapped = "INFO Learned english_vocab: 12 WordPiece pieces.\n"
+    assert (unwrapped in log) != verbose and "Learned english_vocab" in log, log[-3000:]
+    assert ("TypeError: 'NoneType' object is not subscriptable" in log) == verbose
+    # Beam's worker processes inherit the setting that silences import-time FutureWarnings.
+    assert ("ignore::FutureWarning" in log) != verbose
 
 
 def test_a_verbose_run_shows_the_library_warnings(nmt_pipeline, fra_sample, tmp_path):
