@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+from benchmarks.scale import machine_info
 from components.fra_example_gen import fingerprint
 
 
@@ -61,9 +62,7 @@ def main() -> None:
         print(f"round {r + 1}: driver hashed {total / 2**30:.1f} GiB in {driver:.1f} s "
               f"({total / 2**30 / driver:.2f} GiB/s); executor {executor * 1000:.1f} ms")
     driver = sorted(r["driver_seconds"] for r in rounds)[len(rounds) // 2]
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                  if line.startswith("model name")), "unknown")
-    result = {"machine": f"{model}, {os.cpu_count()} cores", "bytes": total,
+    result = {"machine": machine_info(), "bytes": total,
               "files": len(paths), "rounds": rounds, "median_driver_seconds": driver,
               "per_run_seconds_now": driver, "per_run_seconds_before": 2 * driver,
               "note": "page cache warm after round 1; before = driver + executor both hashing"}

@@ -69,6 +69,13 @@ def read_pairs(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTra
     together. file_order_seed: None reads the files in order; else in a new order each epoch.
     """
     files, record_shard = worker_files(match_files(file_pattern), shard)
+    return _read_files(files, record_shard, tf_transform_output, hparams, file_order_seed)
+
+
+def _read_files(files: list[str], record_shard: tuple[int, int],
+                tf_transform_output: tft.TFTransformOutput, hparams: HParams,
+                file_order_seed: int | None) -> tf.data.Dataset:
+    """`read_pairs` on one worker's files, as `worker_files` gave them."""
     spec = {k: v for k, v in tf_transform_output.transformed_feature_spec().items()
             if k in (SOURCE_IDS, TARGET_IDS)}
 
@@ -173,11 +180,11 @@ def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFT
     if not training:
         pairs = read_pairs(file_pattern, tf_transform_output, hparams, shard)
     else:
-        files, _ = worker_files(match_files(file_pattern), shard)
+        files, record_shard = worker_files(match_files(file_pattern), shard)
         cache = fits_in_cache(files, hparams)
         # A cached dataset keeps its first epoch's file order; its shuffle buffer does the rest.
-        pairs = read_pairs(file_pattern, tf_transform_output, hparams, shard,
-                           file_order_seed=None if cache else seed)
+        pairs = _read_files(files, record_shard, tf_transform_output, hparams,
+                            file_order_seed=None if cache else seed)
         if cache:
             pairs = pairs.cache()
         else:
