@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
-from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as wordpiece
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner_lib
 
 from transform_module.tokens import DEFAULT_WORDPIECE_MAX_WORDS, DEFAULT_WORDPIECE_MIN_COUNT
 
@@ -96,7 +96,7 @@ def learn_wordpiece(counts: Iterable[tuple[bytes, int]], vocab_size: int,
     the file (ids put them first). The learner orders pieces by count, then alphabetically, so
     the order of `counts` does not matter."""
     words = [(w.decode(), c) for w, c in counts if w]
-    pieces = wordpiece.learn(words, vocab_size, reserved_tokens=[], lower_thresh=min_count,
+    pieces = learner_lib.learn(words, vocab_size, reserved_tokens=[], lower_thresh=min_count,
                              joiner=WORDPIECE_JOINER)
     # The learner overshoots vocab_size when its threshold search stops at min_count (e.g. 8,139
     # English pieces at min count 3): drop the rarest longer pieces (the list is characters, then
