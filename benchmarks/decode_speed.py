@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from trainer_module import decoding, hparams as hparams_lib
 from trainer_module.model import Transformer
-from trainer_module.tokens import END_ID, PAD_ID, START_ID
+from transform_module.tokens import END_ID, PAD_ID, START_ID
 
 
 def seeds_decode(model: Transformer, source_ids: tf.Tensor, max_length: int) -> np.ndarray:

@@ -20,7 +20,7 @@ import tensorflow_text  # noqa: F401  (the Transform graph's NFKC op)
 
 from benchmarks.train_throughput import latest
 from components.fra_example_gen.executor import read_split
-from trainer_module.preprocessing import LENGTH_BUCKETS
+from transform_module.preprocessing import LENGTH_BUCKETS
 
 
 def bucket_of(english: str) -> str:

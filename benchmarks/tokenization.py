@@ -28,8 +28,8 @@ from tfx.components.example_gen.base_example_gen_executor import _PartitionFn
 from components.fra_example_gen.component import SPLIT_NAMES, split_output_config
 from components.fra_example_gen.executor import to_example
 from components.fra_example_gen.parser import parse_stream
-from trainer_module import preprocessing as pp
-from trainer_module.tokens import UNK_ID
+from transform_module import preprocessing as pp
+from transform_module.tokens import UNK_ID
 
 # Each row changes one thing on top of the previous default; "before" is the code before this
 # benchmark's issue (separators split off numbers).

@@ -13,8 +13,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from benchmarks.train_throughput import latest
-from trainer_module.preprocessing import SOURCE_IDS, SOURCE_VOCAB, TARGET_IDS, TARGET_VOCAB
-from trainer_module.tokens import UNK_ID
+from transform_module.preprocessing import SOURCE_IDS, SOURCE_VOCAB, TARGET_IDS, TARGET_VOCAB
+from transform_module.tokens import UNK_ID
 
 
 def transformed_examples_of(transform_graph: str) -> str:

@@ -8,7 +8,7 @@ from components.fra_example_gen.splits import parse_split_percentages
 from pipeline import config as config_lib
 from pipeline import data_source, run_lock
 from pipeline.training_flags import add_training_flags, positive_int, training_config
-from trainer_module.tokens import DEFAULT_TOKENIZER, TOKENIZERS
+from transform_module.tokens import DEFAULT_TOKENIZER, TOKENIZERS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

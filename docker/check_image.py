@@ -28,7 +28,7 @@ EXECUTOR_CLASSES = (
 MODULES = (
     "tensorflow_text",
     "trainer_module.task",  # run_fn
-    "trainer_module.preprocessing",  # preprocessing_fn
+    "transform_module.preprocessing",  # preprocessing_fn
     "components.tfma_metrics",  # the Evaluator's metrics
     "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
     "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver",

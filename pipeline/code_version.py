@@ -4,9 +4,11 @@ Transform and Trainer reference their functions by module path (so the installed
 the same everywhere). TFX fingerprints a `module_file`, but not a module path: without this, an
 edited preprocessing_fn or model would silently reuse cached results from the old code.
 
-Each component's fingerprint covers its entry module and the package modules that module
-imports, transitively, and nothing else: an edit to the model or a profile re-runs the Trainer
-but not Transform, which on the whole data (or a paid Dataflow job) is the costly step.
+Each component's fingerprint covers its entry module and the modules of the component packages
+(`PACKAGES`) that it imports, transitively, and nothing else: an edit to the model or a profile
+re-runs the Trainer but not Transform, which on the whole data (or a paid Dataflow job) is the
+costly step. The Trainer imports Transform's preprocessing (its graph is in the exported model),
+so an edit to the tokenization re-runs both.
 """
 from __future__ import annotations
 
@@ -15,18 +17,27 @@ import hashlib
 import os
 
 import trainer_module
+import transform_module
 
-PACKAGE = trainer_module.__name__
-PACKAGE_DIR = os.path.dirname(os.path.abspath(trainer_module.__file__))
+# The packages that hold component code, all found under ROOT (the repository root).
+PACKAGES = (transform_module.__name__, trainer_module.__name__)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(transform_module.__file__)))
 
 
-def _source_file(name: str) -> str:
-    """A package module's file relative to the package directory: "a.b" -> "a/b.py"."""
+def _source_file(name: str, packages: tuple[str, ...]) -> str:
+    """A module's file relative to the root: "a.b" -> "a/b.py", a package "a" -> "a/__init__.py"
+    (importing any module of a package runs its __init__.py first)."""
+    if name in packages:
+        return os.path.join(name, "__init__.py")
     return os.path.join(*name.split(".")) + ".py"
 
 
-def _imported_modules(path: str, package: str, package_dir: str) -> set[str]:
-    """Names (relative to `package`) of the package's modules that the file at `path` imports."""
+def _in_packages(name: str, packages: tuple[str, ...]) -> bool:
+    return name.split(".")[0] in packages
+
+
+def _imported_modules(path: str, packages: tuple[str, ...], root: str) -> set[str]:
+    """Names of the packages' modules (packages included) that the file at `path` imports."""
     with open(path, "rb") as f:
         tree = ast.parse(f.read(), path)
     found: set[str] = set()
@@ -39,37 +50,37 @@ def _imported_modules(path: str, package: str, package_dir: str) -> set[str]:
         else:
             continue
         for name in candidates:
-            if name.startswith(package + "."):
-                relative = name[len(package) + 1:]
-                if os.path.exists(os.path.join(package_dir, _source_file(relative))):
-                    found.add(relative)
+            if _in_packages(name, packages) and os.path.exists(
+                    os.path.join(root, _source_file(name, packages))):
+                found.add(name)
     return found
 
 
-def module_sources(module: str, package: str = PACKAGE,
-                   package_dir: str = PACKAGE_DIR) -> list[str]:
-    """The package's `__init__.py`, `module`'s file and those of every package module it imports,
-    transitively, sorted (paths relative to `package_dir`)."""
-    if not module.startswith(package + "."):
-        raise ValueError(f"{module} is not a module of the {package} package")
-    pending, seen = [module[len(package) + 1:]], set()
+def module_sources(module: str, packages: tuple[str, ...] = PACKAGES,
+                   root: str = ROOT) -> list[str]:
+    """`module`'s file, those of every module of `packages` it imports, transitively, and the
+    `__init__.py` of each package they are in, sorted (paths relative to `root`)."""
+    if not _in_packages(module, packages):
+        raise ValueError(f"{module} is not a module of {' or '.join(packages)}")
+    pending, seen = [module], set()
     while pending:
         name = pending.pop()
         if name in seen:
             continue
         seen.add(name)
-        path = os.path.join(package_dir, _source_file(name))
+        path = os.path.join(root, _source_file(name, packages))
         if not os.path.exists(path):
-            raise ValueError(f"{package}.{name} has no source file at {path}")
-        pending.extend(_imported_modules(path, package, package_dir) - seen)
-    return sorted(["__init__.py"] + [_source_file(name) for name in seen])
+            raise ValueError(f"{name} has no source file at {path}")
+        pending.append(name.split(".")[0])
+        pending.extend(_imported_modules(path, packages, root) - seen)
+    return sorted(_source_file(name, packages) for name in seen)
 
 
-def code_version(module: str, package: str = PACKAGE, package_dir: str = PACKAGE_DIR) -> str:
+def code_version(module: str, packages: tuple[str, ...] = PACKAGES, root: str = ROOT) -> str:
     """sha256 (first 16 hex digits) over `module_sources(module)`: names and contents."""
     digest = hashlib.sha256()
-    for relative in module_sources(module, package, package_dir):
+    for relative in module_sources(module, packages, root):
         digest.update(relative.encode() + b"\0")
-        with open(os.path.join(package_dir, relative), "rb") as f:
+        with open(os.path.join(root, relative), "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()[:16]

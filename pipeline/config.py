@@ -9,14 +9,14 @@ from components.fra_example_gen import parser
 from pipeline.code_version import code_version
 from schemas import SCHEMA_FILE
 from trainer_module.settings import TrainerSettings
-from trainer_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_VOCABULARY,
-                                   DEFAULT_SPLIT_ELISIONS, DEFAULT_VOCAB_SIZE,
-                                   DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
-                                   DEFAULT_WORDPIECE_MAX_WORDS, DEFAULT_WORDPIECE_MIN_COUNT)
+from transform_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_VOCABULARY,
+                                     DEFAULT_SPLIT_ELISIONS, DEFAULT_VOCAB_SIZE,
+                                     DEFAULT_TOKENIZER, DEFAULT_WHOLE_NUMBERS,
+                                     DEFAULT_WORDPIECE_MAX_WORDS, DEFAULT_WORDPIECE_MIN_COUNT)
 
 PIPELINE_NAME = "nmt-fra-eng"
 # Each component's entry module (its code fingerprint starts there: pipeline/code_version.py).
-TRANSFORM_MODULE = "trainer_module.preprocessing"
+TRANSFORM_MODULE = "transform_module.preprocessing"
 TRAINER_MODULE = "trainer_module.task"
 PIPELINE_ROOT_ENV = "NMT_PIPELINE_ROOT"
 # In-process Beam is the fastest on a small machine; pass --beam-arg to go elsewhere

@@ -4,7 +4,7 @@ from __future__ import annotations
 import tensorflow_model_analysis as tfma
 
 from trainer_module.export import EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE, TRANSLATION
-from trainer_module.preprocessing import FRENCH, LENGTH_BUCKET
+from transform_module.preprocessing import FRENCH, LENGTH_BUCKET
 
 METRICS_MODULE = "components.tfma_metrics"
 

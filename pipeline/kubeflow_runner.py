@@ -109,7 +109,7 @@ class VertexTraining:
 
 
 def with_sdk_container_image(beam_args: Iterable[str], image: str) -> tuple[str, ...]:
-    """Dataflow workers must run our image: its pickled functions need trainer_module,
+    """Dataflow workers must run our image: its pickled functions need transform_module,
     components and tensorflow-text, which TFX's ephemeral package does not carry."""
     beam_args = tuple(beam_args)
     dataflow = any(arg in ("--runner=DataflowRunner", "--runner=dataflow") for arg in beam_args)

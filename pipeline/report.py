@@ -25,8 +25,8 @@ import tensorflow_text  # noqa: E402,F401  registers the ops of the Transform gr
 from pipeline import metadata  # noqa: E402
 from trainer_module.settings import HISTORY_FILE  # noqa: E402
 from components.fra_example_gen.executor import read_split  # noqa: E402
-from trainer_module.preprocessing import RESERVED_TOKENS  # noqa: E402
-from trainer_module.tokens import END_ID, PAD_ID  # noqa: E402
+from transform_module.preprocessing import RESERVED_TOKENS  # noqa: E402
+from transform_module.tokens import END_ID, PAD_ID  # noqa: E402
 
 REPORT_FILE = "report.html"
 ATTENTION_SENTENCES = 3

@@ -35,7 +35,7 @@ def transform(fra_txt: str, out_dir: str, every: int = 250) -> None:
     import tensorflow_transform.beam as tft_beam
     from tensorflow_transform.tf_metadata import metadata_io
 
-    from trainer_module import preprocessing
+    from transform_module import preprocessing
 
     references: dict[str, list[str]] = {}
     with open(fra_txt, encoding="utf-8") as f:

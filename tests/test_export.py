@@ -18,11 +18,11 @@ from tensorflow_transform.tf_metadata import metadata_io
 
 from test_model import seeded_weights, tiny_hparams
 from trainer_module import export
-from trainer_module import preprocessing as pp
 from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
 from trainer_module.optimization import token_cross_entropy
-from trainer_module.tokens import END_ID, PAD_ID, START_ID
+from transform_module import preprocessing as pp
+from transform_module.tokens import END_ID, PAD_ID, START_ID
 
 SUMS = ("token_nll", "token_correct", "token_count")
 

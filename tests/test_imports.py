@@ -7,7 +7,8 @@ import os
 
 from helpers import REPO
 
-PACKAGES = ("cli", "pipeline", "components", "trainer_module", "schemas")
+PACKAGES = ("cli", "pipeline", "components", "transform_module", "trainer_module",
+            "schemas")
 
 
 def project_imports() -> dict[str, set[str]]:

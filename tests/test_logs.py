@@ -69,7 +69,7 @@ BeamFnLoggingServicer().Logging([Entry.List(log_entries=[
           "defined in __main__ (interactive session) may fail.",
           log_location="/x/apache_beam/runners/worker/sdk_worker_main.py:123"),
     Entry(severity=Entry.Severity.INFO, message="Learned english_vocab: 12 WordPiece pieces.",
-          log_location=os.path.join(os.getcwd(), "trainer_module", "preprocessing.py:240")),
+          log_location=os.path.join(os.getcwd(), "transform_module", "wordpiece.py:74")),
     Entry(severity=Entry.Severity.WARN, message="A warning of the worker.",
           log_location="/x/apache_beam/runners/worker/operations.py:1"),
     Entry(severity=Entry.Severity.INFO, message="tensorflow_recommenders is not available.",

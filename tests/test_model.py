@@ -20,7 +20,7 @@ from trainer_module import decoding, optimization
 from trainer_module.hparams import PROFILES, HParams, get_profile
 from trainer_module.model import (DecoderLayer, EncoderLayer, MultiHeadAttention,
                                   PositionWiseFeedForward, TokenEmbedding, Transformer)
-from trainer_module.tokens import END_ID, PAD_ID, START_ID
+from transform_module.tokens import END_ID, PAD_ID, START_ID
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 40
 FIRST_WORD = END_ID + 1  # ids below are PAD/UNK/START/END

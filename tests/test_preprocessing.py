@@ -10,8 +10,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 
-from trainer_module import preprocessing as pp
-from trainer_module.tokens import UNK_ID
+from transform_module import preprocessing as pp, wordpiece
+from transform_module.tokens import UNK_ID
 
 
 @pytest.mark.parametrize("raw, normalized", [
@@ -160,7 +160,7 @@ def _french_pieces(output: tft.TFTransformOutput, sentences: list[str]) -> list[
 def test_numbers_and_elisions_survive_wordpiece_and_detokenize(joint_output):
     pieces = _french_pieces(joint_output, ROUND_TRIPS)
     assert all(pp.RESERVED_TOKENS[UNK_ID] not in p for p in pieces)
-    assert sum(p.startswith(pp.WORDPIECE_JOINER) for row in pieces for p in row) > 20
+    assert sum(p.startswith(wordpiece.WORDPIECE_JOINER) for row in pieces for p in row) > 20
     detokenized = [s.decode() for s in pp.detokenize(tf.ragged.constant(pieces)).numpy()]
     assert detokenized == ROUND_TRIPS
 
@@ -187,8 +187,8 @@ def test_separate_vocabularies_are_not_shared():
 
 def test_wordpiece_min_count_lets_rarer_pieces_in():
     counts = collections.Counter({b"maison": 4, b"maisons": 3, b"chat": 12, b"chats": 11})
-    default = pp.learn_wordpiece(counts.items(), 1000)
-    lower = pp.learn_wordpiece(counts.items(), 1000, min_count=3)
+    default = wordpiece.learn_wordpiece(counts.items(), 1000)
+    lower = wordpiece.learn_wordpiece(counts.items(), 1000, min_count=3)
     assert "chat" in default and "maison" not in default
     assert "maison" in lower and set(default) < set(lower)
 
@@ -196,10 +196,10 @@ def test_wordpiece_min_count_lets_rarer_pieces_in():
 
 def test_wordpiece_vocabulary_is_capped_when_the_learner_overshoots():
     counts = collections.Counter({w: 3 for w in (b"chat", b"chien", b"maison", b"voiture")})
-    characters = {p for p in pp.learn_wordpiece(counts.items(), 1000, min_count=3)
+    characters = {p for p in wordpiece.learn_wordpiece(counts.items(), 1000, min_count=3)
                   if len(p.removeprefix("##")) == 1}
     size = len(characters) + 3  # the learner's search stops at min_count 3 with more pieces
-    pieces = pp.learn_wordpiece(counts.items(), size, min_count=3)
+    pieces = wordpiece.learn_wordpiece(counts.items(), size, min_count=3)
     assert len(pieces) == size and characters < set(pieces)  # every word stays spellable
 
 
@@ -225,7 +225,7 @@ def test_counting_per_word_gives_the_pieces_of_one_global_count(fra_sample):
     rows = _fra_rows(fra_sample)
     output = pp.analyze_in_memory(rows, {"vocab_size": 2000, "wordpiece_min_count": 3})
     for side, vocab in (("english", pp.SOURCE_VOCAB), ("french", pp.TARGET_VOCAB)):
-        before = pp.learn_wordpiece(_words_counted_in_one_place(rows, side).items(), 2000, 3)
+        before = wordpiece.learn_wordpiece(_words_counted_in_one_place(rows, side).items(), 2000, 3)
         assert [p.decode() for p in output.vocabulary_by_name(vocab)] == before
 
 
@@ -233,11 +233,11 @@ def test_the_learner_sees_only_the_most_frequent_words(fra_sample, caplog):
     rows = _fra_rows(fra_sample)
     counts = _words_counted_in_one_place(rows, "english")
     top = sorted(counts.items(), key=lambda wc: (wc[1], wc[0]), reverse=True)[:300]
-    with caplog.at_level("INFO", logger=pp.__name__):
+    with caplog.at_level("INFO", logger=wordpiece.__name__):
         output = pp.analyze_in_memory([{"english": r["english"]} for r in rows], {
             "vocab_size": 500, "wordpiece_min_count": 3, "wordpiece_max_words": 300})
     assert [p.decode() for p in output.vocabulary_by_name(pp.SOURCE_VOCAB)] == \
-        pp.learn_wordpiece(top, 500, 3)
+        wordpiece.learn_wordpiece(top, 500, 3)
     assert f"from 300 distinct words (the 300 most frequent of {len(counts):,}: " \
         "wordpiece_max_words)" in caplog.text
 

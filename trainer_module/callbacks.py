@@ -12,7 +12,7 @@ import tf_keras as keras
 from trainer_module import devices
 from trainer_module.budget import TimeBudget
 from trainer_module.optimization import cooldown_steps, step_count
-from trainer_module.tokens import PAD_ID
+from transform_module.tokens import PAD_ID
 
 _LOG = logging.getLogger(__name__)
 

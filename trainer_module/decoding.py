@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
-from trainer_module.tokens import END_ID, PAD_ID, START_ID
+from transform_module.tokens import END_ID, PAD_ID, START_ID
 
 _NEG_INF = -1e9  # finite, so sums and top_k stay free of NaN
 

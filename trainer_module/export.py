@@ -24,9 +24,10 @@ from trainer_module import decoding
 from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
 from trainer_module.optimization import token_cross_entropy
-from trainer_module.preprocessing import (ENGLISH, LENGTH_BUCKET, RESERVED_TOKENS, SOURCE_IDS,
-                                          SOURCE_VOCAB, TARGET_IDS, TARGET_VOCAB, detokenize)
-from trainer_module.tokens import END_ID, PAD_ID, START_ID
+from transform_module.preprocessing import (ENGLISH, LENGTH_BUCKET, RESERVED_TOKENS,
+                                            SOURCE_IDS, SOURCE_VOCAB, TARGET_IDS,
+                                            TARGET_VOCAB, detokenize)
+from transform_module.tokens import END_ID, PAD_ID, START_ID
 
 SERVING_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
 EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE = "translate_examples", "transform_features"

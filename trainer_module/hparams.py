@@ -1,4 +1,4 @@
-"""Hyperparameters of the translator and named profiles (token ids: `tokens.py`).
+"""Hyperparameters of the translator and named profiles (token ids: `transform_module/tokens.py`).
 
 One frozen `HParams` travels from the Trainer to the model, the optimizer and the decoders, so a
 run is fully described by a profile name plus the vocabulary sizes read from the vocab files.

@@ -20,8 +20,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from trainer_module.hparams import HParams
-from trainer_module.preprocessing import SOURCE_IDS, TARGET_IDS
-from trainer_module.tokens import END_ID, PAD_ID, START_ID
+from transform_module.preprocessing import SOURCE_IDS, TARGET_IDS
+from transform_module.tokens import END_ID, PAD_ID, START_ID
 
 _LOG = logging.getLogger(__name__)
 

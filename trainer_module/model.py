@@ -26,7 +26,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module.hparams import HParams
-from trainer_module.tokens import PAD_ID
+from transform_module.tokens import PAD_ID
 
 # Large negative instead of -inf, so a fully masked row gives a uniform softmax, never NaN.
 _MASKED_SCORE = -1e9

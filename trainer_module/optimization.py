@@ -11,7 +11,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module.hparams import HParams
-from trainer_module.tokens import PAD_ID
+from transform_module.tokens import PAD_ID
 
 
 def _token_weights(labels: tf.Tensor) -> tf.Tensor:

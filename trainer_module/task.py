@@ -26,8 +26,8 @@ from trainer_module.model import Transformer
 from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE, TrainerSettings
 from trainer_module.optimization import (GlobalTokenMeanLoss, MaskedAccuracy, Perplexity,
                                          make_optimizer)
-from trainer_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB,
-                                          shares_vocabulary)
+from transform_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB,
+                                            shares_vocabulary)
 
 _LOG = logging.getLogger(__name__)
 _UNBOUNDED_STEPS = 10**9

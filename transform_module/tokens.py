@@ -1,8 +1,8 @@
 """Token-id conventions and Transform's tokenization defaults.
 
-Kept apart from the model's hyperparameters (`hparams.py`) because Transform's cache key covers
-exactly the modules `preprocessing.py` imports (`pipeline/code_version.py`): editing a profile
-or the model must not re-run Transform on the whole data.
+Kept apart from the model's hyperparameters (`trainer_module/hparams.py`) because Transform's
+cache key covers exactly the modules `preprocessing.py` imports (`pipeline/code_version.py`):
+editing a profile or the model must not re-run Transform on the whole data.
 """
 
 # Reserved ids; the vocabularies (built by Transform) put these four tokens first.

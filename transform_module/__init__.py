@@ -1,0 +1,1 @@
+"""Code run by TFX Transform: preprocessing_fn, tokenization, WordPiece vocabularies."""
