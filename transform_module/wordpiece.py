@@ -97,7 +97,7 @@ def learn_wordpiece(counts: Iterable[tuple[bytes, int]], vocab_size: int,
     the order of `counts` does not matter."""
     words = [(w.decode(), c) for w, c in counts if w]
     pieces = learner_lib.learn(words, vocab_size, reserved_tokens=[], lower_thresh=min_count,
-                             joiner=WORDPIECE_JOINER)
+                              joiner=WORDPIECE_JOINER)
     # The learner overshoots vocab_size when its threshold search stops at min_count (e.g. 8,139
     # English pieces at min count 3): drop the rarest longer pieces (the list is characters, then
     # pieces by count), never a character, so every word stays spellable.
