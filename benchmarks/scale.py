@@ -35,6 +35,10 @@ Per component it records:
                    and all its descendants (Beam's worker processes); pages shared between
                    processes are counted once per process, and a peak shorter than 0.5 s
                    can be missed
+  peak_root_rss_mb the peak of the nmt process alone: in memory, everything; with
+                   multi_processing, the runner, which holds Beam's shuffle (GroupByKey)
+                   buffers in memory
+  peak_worker_rss_mb  the peak of its largest descendant: one Beam worker process
   cpu_s            user + system CPU seconds of the process and the descendants it waited
                    for (getrusage of children): cpu_s / subprocess_s is the parallelism
   examples_per_split, parse counts (after ExampleGen; repeated on the later rows),
@@ -134,38 +138,44 @@ def ensure_corpus(path: str, source: str, size: int, lines: int | None, use_gzip
 
 # --- one component run ----------------------------------------------------------------------
 
-def _tree_rss(process: psutil.Process) -> tuple[int, int]:
-    """Summed RSS (bytes) of a process and its descendants, and how many there are."""
-    total, count = 0, 0
+def _tree_rss(process: psutil.Process) -> list[int]:
+    """RSS (bytes) of a process (first) and of each of its live descendants."""
     try:
         members = [process, *process.children(recursive=True)]
     except psutil.Error:
-        return 0, 0
+        return []
+    sizes = []
     for member in members:
         try:
-            total += member.memory_info().rss
-            count += 1
+            sizes.append(member.memory_info().rss)
         except psutil.Error:  # ended between the listing and the reading
             pass
-    return total, count
+    return sizes
 
 
 class PeakMemory(threading.Thread):
-    """Samples a process tree's summed RSS every SAMPLE_S seconds until stopped."""
+    """Samples a process tree's RSS every SAMPLE_S seconds until stopped: the peaks of the
+    sum, of the root process alone (with multi_processing, the runner, which holds Beam's
+    in-memory shuffle) and of its largest descendant (a Beam worker)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.process = psutil.Process(pid)
         self.peak_bytes = 0
+        self.peak_root_bytes = 0
+        self.peak_descendant_bytes = 0
         self.peak_processes = 0
         self.samples = 0
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.is_set():
-            rss, count = _tree_rss(self.process)
-            self.peak_bytes = max(self.peak_bytes, rss)
-            self.peak_processes = max(self.peak_processes, count)
+            sizes = _tree_rss(self.process)
+            if sizes:
+                self.peak_bytes = max(self.peak_bytes, sum(sizes))
+                self.peak_root_bytes = max(self.peak_root_bytes, sizes[0])
+                self.peak_descendant_bytes = max(self.peak_descendant_bytes, *sizes[1:], 0)
+            self.peak_processes = max(self.peak_processes, len(sizes))
             self.samples += 1
             self._halt.wait(SAMPLE_S)
 
@@ -211,6 +221,8 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
     result = {"status": status, "returncode": returncode, "command": " ".join(command[1:]),
               "subprocess_s": round(wall_s, 2),
               "peak_rss_mb": round(sampler.peak_bytes / 2**20, 1),
+              "peak_root_rss_mb": round(sampler.peak_root_bytes / 2**20, 1),
+              "peak_worker_rss_mb": round(sampler.peak_descendant_bytes / 2**20, 1),
               "peak_processes": sampler.peak_processes, "rss_samples": sampler.samples,
               "cpu_s": round(_children_cpu_s() - cpu_before, 2), "log": log_path}
     if status != "ok":
