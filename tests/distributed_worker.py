@@ -4,7 +4,7 @@ Each check runs in a process of its own, because what it tests is fixed when Ten
 (logical CPU devices, TF_CONFIG) or is read from TensorFlow's C++ log (XLA compilations).
 
   python tests/distributed_worker.py transform FRA_TXT OUT_DIR
-  python tests/distributed_worker.py xla DATA_DIR OUT_DIR PRECISION STEPS
+  python tests/distributed_worker.py mixed DATA_DIR OUT_DIR PRECISION STEPS xla|no-xla
   python tests/distributed_worker.py mirrored DATA_DIR
   python tests/distributed_worker.py run_fn DATA_DIR FN_ARGS_JSON WEIGHTS_OUT
 
@@ -93,10 +93,11 @@ def _shapes(batches) -> set[tuple]:
             for inputs, labels in batches}
 
 
-def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
-    """The `base` profile's path at smoke size: XLA + mixed precision through
-    `build_keras_model`, fit on bucketed batches, then the float32 export. Writes
-    result.json (batch shapes seen) and the mixed model's weights (weights.npz)."""
+def mixed(data_dir: str, out_dir: str, precision: str, steps: str, xla: str) -> None:
+    """Mixed precision at smoke size through `build_keras_model`, with XLA ("xla": the `base`
+    profile's GPU path) or without ("no-xla": a CPU's), fit on bucketed batches, then the
+    float32 export. Writes result.json (batch shapes seen) and the mixed model's weights
+    (weights.npz)."""
     import dataclasses
 
     import numpy as np
@@ -107,9 +108,9 @@ def xla(data_dir: str, out_dir: str, precision: str, steps: str) -> None:
     from trainer_module.task import build_keras_model
 
     base = __import__("trainer_module.hparams", fromlist=["PROFILES"]).PROFILES["base"]
-    assert base.use_xla and base.precision == "auto"  # what this check stands in for
-    hparams = tiny_hparams(data_dir, use_xla=True, precision=precision, batch_tokens=256,
-                           max_source_length=12, max_target_length=12,
+    assert base.use_xla and base.precision == "auto"  # what the XLA run stands in for
+    hparams = tiny_hparams(data_dir, use_xla=xla == "xla", precision=precision,
+                           batch_tokens=256, max_source_length=12, max_target_length=12,
                            train_steps=int(steps), checkpoint_every=int(steps))
     output = tft.TFTransformOutput(os.path.join(data_dir, "transform"))
     train = input_pipeline.make_dataset(os.path.join(data_dir, TRAIN, "*"), output, hparams,
@@ -243,5 +244,5 @@ if __name__ == "__main__":
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    {"transform": transform, "xla": xla, "mirrored": mirrored,
+    {"transform": transform, "mixed": mixed, "mirrored": mirrored,
      "run_fn": run_fn}[sys.argv[1]](*sys.argv[2:])

@@ -1,7 +1,8 @@
 """GPU and multi-machine code paths, executed on this CPU with TensorFlow's own mechanisms.
 
-- XLA and mixed precision (float16 and bfloat16) run on the CPU: the `base` profile's path at
-  smoke size, compile count read from TensorFlow's own XLA compilation log.
+- XLA and float16 run on the CPU: the `base` profile's GPU path at smoke size, compile count
+  read from TensorFlow's own XLA compilation log; bfloat16 without XLA, a CPU's path. Both
+  export a float32 model.
 - Logical CPU devices stand in for GPUs under MirroredStrategy.
 - MultiWorkerMirroredStrategy runs between two processes on 127.0.0.1 (TF_CONFIG), through the
   real `run_fn`.
@@ -53,18 +54,36 @@ def data_dir(fra_txt, tmp_path_factory) -> str:
     return path
 
 
-@pytest.fixture(scope="module", params=["mixed_float16", "mixed_bfloat16"])
-def xla_run(request, data_dir, tmp_path_factory) -> dict:
-    """40 XLA-compiled steps in mixed precision, then the float32 export."""
-    out_dir = str(tmp_path_factory.mktemp(request.param))
-    _, log = _finish(_worker("xla", data_dir, out_dir, request.param, "40", env=_XLA_LOG))
+def _mixed_run(data_dir: str, out_dir: str, precision: str, xla: bool) -> dict:
+    """40 mixed-precision steps (XLA-compiled or not), then the float32 export."""
+    _, log = _finish(_worker("mixed", data_dir, out_dir, precision, "40",
+                             "xla" if xla else "no-xla", env=_XLA_LOG))
     with open(os.path.join(out_dir, "result.json")) as f:
         result = json.load(f)
     compiles = collections.Counter()
     for name, count in _COMPILED.findall(log):
         compiles[name] = max(compiles[name], int(count))
     return {**result, "out_dir": out_dir, "compiles": list(compiles.values()),
-            "precision": request.param}
+            "precision": precision}
+
+
+@pytest.fixture(scope="module")
+def xla_run(data_dir, tmp_path_factory) -> dict:
+    """float16 with XLA: a GPU's precision, and the `base` profile's path there."""
+    return _mixed_run(data_dir, str(tmp_path_factory.mktemp("xla")), "mixed_float16", True)
+
+
+@pytest.fixture(scope="module")
+def bfloat16_run(data_dir, tmp_path_factory) -> dict:
+    """bfloat16 without XLA: what `auto` picks on a CPU with bfloat16 units, where the Trainer
+    never uses XLA (trainer_module/devices.py)."""
+    return _mixed_run(data_dir, str(tmp_path_factory.mktemp("bfloat16")), "mixed_bfloat16",
+                      False)
+
+
+@pytest.fixture(params=["xla_run", "bfloat16_run"])
+def mixed_run(request) -> dict:
+    return request.getfixturevalue(request.param)
 
 
 def test_xla_compiles_once_per_length_bucket(xla_run):
@@ -76,7 +95,7 @@ def test_xla_compiles_once_per_length_bucket(xla_run):
     assert xla_run["dynamic_shapes"] > buckets
 
 
-def test_mixed_precision_trains_in_low_precision_and_exports_float32(xla_run):
+def test_mixed_precision_trains_in_low_precision_and_exports_float32(mixed_run):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the NFKC op)
     import tensorflow_transform as tft
@@ -87,8 +106,8 @@ def test_mixed_precision_trains_in_low_precision_and_exports_float32(xla_run):
     from trainer_module.hparams import HParams
     from trainer_module.model import Transformer
 
-    assert xla_run["mixed_compute_dtype"] == xla_run["precision"].split("_")[1]
-    export_dir = os.path.join(xla_run["out_dir"], "export")
+    assert mixed_run["mixed_compute_dtype"] == mixed_run["precision"].split("_")[1]
+    export_dir = os.path.join(mixed_run["out_dir"], "export")
     graph = loader_impl.parse_saved_model(export_dir).meta_graphs[0]
     low = {types_pb2.DT_HALF, types_pb2.DT_BFLOAT16}
     nodes = [node for function in graph.graph_def.library.function
@@ -102,12 +121,12 @@ def test_mixed_precision_trains_in_low_precision_and_exports_float32(xla_run):
     saved = tf.train.load_checkpoint(os.path.join(export_dir, "variables", "variables"))
     assert set(saved.get_variable_to_dtype_map().values()) - {tf.string} == {tf.float32}
 
-    hparams = HParams(**{**xla_run["hparams"], "precision": "float32"})
+    hparams = HParams(**{**mixed_run["hparams"], "precision": "float32"})
     reference = Transformer(hparams)
     reference((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
-    with np.load(os.path.join(xla_run["out_dir"], "weights.npz")) as weights:
+    with np.load(os.path.join(mixed_run["out_dir"], "weights.npz")) as weights:
         reference.set_weights([weights[f"arr_{i}"] for i in range(len(weights.files))])
-    output = tft.TFTransformOutput(xla_run["transform_output"])
+    output = tft.TFTransformOutput(mixed_run["transform_output"])
     english = tf.constant(["I am hungry.", "Where is the station?", "Tom is here.", "Go."])
     expected = Translator(reference, output, hparams).translate(english)
     got = signature(english=english)

@@ -58,18 +58,28 @@ def id_to_token(tf_transform_output: tft.TFTransformOutput, vocab_name: str) -> 
 
 
 class Translator(tf.Module):
-    """Everything serving needs, tracked so tf.saved_model.save captures it."""
+    """Everything serving needs, tracked so tf.saved_model.save captures it.
+
+    The model's variables are tracked, not the Keras model itself: saving a tracked Keras model
+    also traces every layer's call for Keras' own loader, which nothing here uses and which
+    took most of the export's time (BENCHMARKS.md, "Export").
+    """
 
     def __init__(self, model: Transformer, tf_transform_output: tft.TFTransformOutput,
                  hparams: HParams) -> None:
         super().__init__()
-        self.model = model
+        self._model = lambda: model  # a function attribute is not tracked
+        self.model_variables = list(model.variables)
         self.hparams = hparams
         self.tft_layer = tf_transform_output.transform_features_layer()
         self.source_tokens = tf.constant(id_to_token(tf_transform_output, SOURCE_VOCAB))
         self.target_tokens = tf.constant(id_to_token(tf_transform_output, TARGET_VOCAB))
         self._raw_spec = tf_transform_output.raw_feature_spec()
         self._english_spec = {ENGLISH: self._raw_spec[ENGLISH]}
+
+    @property
+    def model(self) -> Transformer:
+        return self._model()
 
     def source_ids(self, english: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """[B] raw sentences -> ids [B, S] int32 (PAD_ID-padded, cut at max_source_length)
@@ -216,13 +226,16 @@ def float32_copy(model: Transformer) -> Transformer:
     return copy
 
 
+def signatures(translator: Translator) -> dict[str, tf.types.experimental.GenericFunction]:
+    """The SavedModel's signatures by name (the module docstring lists them)."""
+    return {SERVING_SIGNATURE: translator.serve_greedy,
+            BEAM_SIGNATURE: translator.serve_beam,
+            EXAMPLES_SIGNATURE: translator.serve_examples,
+            TRANSFORM_SIGNATURE: translator.serve_transform_features,
+            ATTENTION_SIGNATURE: translator.serve_attention}
+
+
 def export_translator(model: Transformer, tf_transform_output: tft.TFTransformOutput,
                       hparams: HParams, export_dir: str) -> None:
     translator = Translator(model, tf_transform_output, hparams)
-    tf.saved_model.save(translator, export_dir, signatures={
-        SERVING_SIGNATURE: translator.serve_greedy,
-        BEAM_SIGNATURE: translator.serve_beam,
-        EXAMPLES_SIGNATURE: translator.serve_examples,
-        TRANSFORM_SIGNATURE: translator.serve_transform_features,
-        ATTENTION_SIGNATURE: translator.serve_attention,
-    })
+    tf.saved_model.save(translator, export_dir, signatures=signatures(translator))
