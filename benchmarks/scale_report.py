@@ -173,7 +173,7 @@ def plot(series: dict[tuple, list[tuple[int, dict]]], path: str) -> str:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import NullFormatter
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     except ImportError:
         return "matplotlib is not installed in this Python: no plot."
     full = {k: v for k, v in series.items() if not k[0]} or series  # full corpora if any
@@ -196,6 +196,10 @@ def plot(series: dict[tuple, list[tuple[int, dict]]], path: str) -> str:
                         for s, _ in points})
         axis.set_xticks(sizes, [f"{s}x" for s in sizes])
         axis.xaxis.set_minor_formatter(NullFormatter())
+        # Ticks at 1, 2 and 5 per decade: a component whose times stay within one decade
+        # (Transform's) would otherwise get no labelled tick at all.
+        axis.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         axis.yaxis.set_minor_formatter(NullFormatter())
         axis.set_title(component, fontsize=9)
         axis.set_xlabel("corpus size (x fra.txt)")
