@@ -106,15 +106,13 @@ _WORKER_NOISE = (
     # handed the runner's own options; both are about the local runner, not the pipeline.
     "No semi_persistent_directory found",
     "Discarding unparseable args",
-    # as in _KNOWN_NOISE (apache/beam#33407)
-    "Couldn't find python-snappy",
 )
 
 
 class _WorkerLogFilter(logging.Filter):
     """Unwraps what Beam's worker processes log: our own records read as if logged here (so
-    "Learned english_vocab ..." shows in multi_processing too), `_WORKER_NOISE` is dropped, and
-    anything else stays as Beam relays it."""
+    "Learned english_vocab ..." shows in multi_processing too), `_WORKER_NOISE` and
+    `_KNOWN_NOISE` are dropped, and anything else stays as Beam relays it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg != "Worker: %s" or not record.args:
@@ -127,9 +125,12 @@ class _WorkerLogFilter(logging.Filter):
             text_format.Parse(str(record.args[0]), entry)
         except text_format.ParseError:
             return True
-        if entry.message.startswith(_WORKER_NOISE):
-            return False
         location = entry.log_location.replace(os.sep, "/")
+        # The library code behind _KNOWN_NOISE runs in the workers too (TFRecord checksums).
+        if entry.message.startswith(_WORKER_NOISE) or any(
+                noise.source in location and entry.message.startswith(noise.message)
+                for noise in _KNOWN_NOISE):
+            return False
         package = next((p for p in _OUR_PACKAGES if location.startswith(f"{_PROJECT}/{p}/")),
                        None)
         if package:

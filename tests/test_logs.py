@@ -70,6 +70,9 @@ BeamFnLoggingServicer().Logging([Entry.List(log_entries=[
           log_location="/x/apache_beam/runners/worker/sdk_worker_main.py:123"),
     Entry(severity=Entry.Severity.INFO, message="Learned english_vocab: 12 WordPiece pieces.",
           log_location=os.path.join(os.getcwd(), "transform_module", "wordpiece.py:74")),
+    Entry(severity=Entry.Severity.WARN, message="Couldn't find python-snappy so the "
+          "implementation of _TFRecordUtil._masked_crc32c is not as fast as it could be.",
+          log_location="/x/apache_beam/io/tfrecordio.py:57"),
     Entry(severity=Entry.Severity.WARN, message="A warning of the worker.",
           log_location="/x/apache_beam/runners/worker/operations.py:1"),
     Entry(severity=Entry.Severity.INFO, message="tensorflow_recommenders is not available.",
