@@ -1,5 +1,5 @@
 # Entry points: `make run` (the pipeline), `make test` (the whole suite, as CI runs it) and
-# `make test-fast` (the unit tests, in under two minutes).
+# `make test-fast` (the unit tests, in a few minutes).
 # They create the virtualenv on first use: Python 3.11, the pinned TFX 1.16 family.
 PYTHON ?= python3.11
 VENV ?= .venv
