@@ -10,7 +10,8 @@ if not {"-v", "--verbose"} & set(sys.argv[1:]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Also before TF loads: TensorFlow turns its oneDNN CPU kernels on by itself only on CPUs with
 # AVX512-VNNI, bfloat16 or AMX units, yet they train faster than its default Eigen kernels on
-# AVX2-only CPUs too (BENCHMARKS.md, "oneDNN kernels"); TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen. The image sets the same for the compiled pipeline.
+# AVX2-only CPUs too (BENCHMARKS.md, "oneDNN kernels"); TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen.
+# The image sets the same for the compiled pipeline.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import argparse
