@@ -40,6 +40,10 @@ class _Noise:
     source: str  # path of the logging module, from its package directory on
     message: str
 
+    def matches(self, path: str, message: str) -> bool:
+        """Whether a record logged from the file at `path` with `message` is this warning."""
+        return path.replace(os.sep, "/").endswith(self.source) and message.startswith(self.message)
+
 
 _KNOWN_NOISE = (
     # TFX 1.16 tfx/orchestration/portable/input_resolution/channel_resolver.py tests
@@ -79,9 +83,7 @@ class _KnownNoiseFilter(logging.Filter):
         self.noise = [n for n in _KNOWN_NOISE if n.logger == logger]
 
     def filter(self, record: logging.LogRecord) -> bool:
-        path = record.pathname.replace(os.sep, "/")
-        return not any(path.endswith(n.source) and record.getMessage().startswith(n.message)
-                       for n in self.noise)
+        return not any(n.matches(record.pathname, record.getMessage()) for n in self.noise)
 
 
 class _LibraryDeprecationFilter(logging.Filter):
@@ -125,10 +127,10 @@ class _WorkerLogFilter(logging.Filter):
             text_format.Parse(str(record.args[0]), entry)
         except text_format.ParseError:
             return True
-        location = entry.log_location.replace(os.sep, "/")
+        location = entry.log_location.replace(os.sep, "/")  # "path:line"
         # The library code behind _KNOWN_NOISE runs in the workers too (TFRecord checksums).
         if entry.message.startswith(_WORKER_NOISE) or any(
-                noise.source in location and entry.message.startswith(noise.message)
+                noise.matches(location.rsplit(":", 1)[0], entry.message)
                 for noise in _KNOWN_NOISE):
             return False
         package = next((p for p in _OUR_PACKAGES if location.startswith(f"{_PROJECT}/{p}/")),
