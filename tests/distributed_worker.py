@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TRAIN, EVAL = "Split-train", "Split-eval"
 EXAMPLES = "transformed_examples-00000-of-00001.gz"
+SHAPE_BATCHES = 40  # batches whose shapes `mixed` counts, padded and unpadded
 
 
 def transform(fra_txt: str, out_dir: str, every: int = 250) -> None:
@@ -120,10 +121,12 @@ def mixed(data_dir: str, out_dir: str, precision: str, steps: str, xla: str) -> 
     model = build_keras_model(hparams)
     model.fit(train, steps_per_epoch=int(steps), validation_data=validation, verbose=0)
     shapes = sorted(_shapes(train.take(int(steps))))
+    # Shapes are counted over more batches than were trained (no step is needed to see them).
+    padded_shapes = _shapes(train.take(SHAPE_BATCHES))
     dynamic = input_pipeline.make_dataset(os.path.join(data_dir, TRAIN, "*"), output,
                                           dataclasses.replace(hparams, use_xla=False),
                                           training=True)
-    dynamic_shapes = _shapes(dynamic.take(int(steps)))
+    dynamic_shapes = _shapes(dynamic.take(SHAPE_BATCHES))
     np.savez(os.path.join(out_dir, "weights.npz"), *model.get_weights())
     mixed_dtype = model.encode(tf.ones([1, 3], tf.int32))[0].dtype.name
     export.export_translator(export.float32_copy(model), output, hparams,
@@ -131,7 +134,8 @@ def mixed(data_dir: str, out_dir: str, precision: str, steps: str, xla: str) -> 
     with open(os.path.join(out_dir, "result.json"), "w") as f:
         json.dump({"hparams": dataclasses.asdict(hparams),
                    "transform_output": os.path.join(data_dir, "transform"),
-                   "shapes": shapes, "dynamic_shapes": len(dynamic_shapes),
+                   "shapes": shapes, "padded_shapes": len(padded_shapes),
+                   "dynamic_shapes": len(dynamic_shapes),
                    "mixed_compute_dtype": mixed_dtype,
                    "buckets": len(input_pipeline.bucket_lengths(hparams))}, f)
 

@@ -96,11 +96,42 @@ def learn_wordpiece(counts: Iterable[tuple[bytes, int]], vocab_size: int,
     the file (ids put them first). The learner orders pieces by count, then alphabetically, so
     the order of `counts` does not matter."""
     words = [(w.decode(), c) for w, c in counts if w]
-    pieces = learner_lib.learn(words, vocab_size, reserved_tokens=[], lower_thresh=min_count,
-                              joiner=WORDPIECE_JOINER)
+    pieces = learn_pieces(words, vocab_size, min_count)
     # The learner overshoots vocab_size when its threshold search stops at min_count (e.g. 8,139
     # English pieces at min count 3): drop the rarest longer pieces (the list is characters, then
     # pieces by count), never a character, so every word stays spellable.
     longer = [p for p in pieces if len(p.removeprefix(WORDPIECE_JOINER)) > 1]
     rarest = set(longer[len(longer) - max(0, len(pieces) - vocab_size):])
     return [p for p in pieces if p not in rarest]
+
+
+def learn_pieces(words: list[tuple[str, int]], vocab_size: int, min_count: int) -> list[str]:
+    """tensorflow-text's `learner_lib.learn` with its defaults, whose result this is, but
+    without its threshold search where that search cannot succeed.
+
+    The learner binary-searches the count threshold whose vocabulary is within 5 % below
+    `vocab_size`. When even `min_count`, the lowest threshold, gives fewer pieces than that
+    (fra.txt's words give about 4,200 and 6,800 of 8,000), every threshold it tries gives fewer
+    still (a higher threshold admits fewer pieces), so each of its dozen learnings only moves
+    the upper bound down: here the bounds are moved without learning, and the vocabulary is
+    learned once, at the threshold the search would end on (BENCHMARKS.md, "WordPiece
+    learning without a search that cannot succeed").
+    """
+    params = learner_lib.Params(
+        upper_thresh=int(1e7), lower_thresh=min_count, num_iterations=4,
+        max_input_tokens=5_000_000, max_token_length=50, max_unique_chars=1000,
+        vocab_size=vocab_size, slack_ratio=0.05, include_joiner_token=True,
+        joiner=WORDPIECE_JOINER, reserved_tokens=[])
+    upper, lower = learner_lib.get_search_threshs(words, params.upper_thresh, params.lower_thresh)
+    all_counts = learner_lib.get_input_words(words, params.reserved_tokens,
+                                             params.max_token_length)
+    allowed_chars = learner_lib.get_allowed_chars(all_counts, params.max_unique_chars)
+    counts = learner_lib.filter_input_words(all_counts, allowed_chars, params.max_input_tokens)
+    at_lowest = learner_lib.learn_with_thresh(counts, lower, params)
+    if vocab_size - len(at_lowest) <= params.slack_ratio * vocab_size:  # it can succeed
+        return learner_lib.learn_binary_search(counts, lower, upper, params)
+    thresh = (upper + lower) // 2  # learn_binary_search's steps when every vocabulary is short
+    while lower < upper and thresh > 1:
+        upper = thresh - 1
+        thresh = (upper + lower) // 2
+    return at_lowest if thresh == lower else learner_lib.learn_with_thresh(counts, thresh, params)
