@@ -219,13 +219,19 @@ def test_the_plan_probes_both_precisions_and_logs_its_choice(monkeypatch, caplog
     assert "about 8,372 steps" in caplog.text  # 1800 / 0.215
 
 
-def test_the_probe_times_real_training_steps():
-    model = keras.Sequential([keras.layers.Dense(64, input_shape=(32,)), keras.layers.Dense(1)])
+def test_the_probe_times_training_steps_as_fit_runs_them():
+    """One compiled train function over an iterator, as `fit` runs it: batches of different
+    lengths share one trace (train_on_batch would trace per shape and add Python per step)."""
+    model = keras.Sequential([keras.layers.Embedding(16, 8), keras.layers.Dense(1)])
     model.compile(optimizer="adam", loss="mse")
-    batches = [(np.ones([8, 32]), np.ones([8, 1]))] * 3
+    model.build([None, None])
+    model.optimizer.build(model.trainable_variables)  # as build_keras_model: no variable to
+    # create inside the traced step (which would trace it twice)
+    batches = [(np.ones([8, length]), np.ones([8, length, 1])) for length in (3, 5, 9)]
     seconds = budget.seconds_per_step(model, batches)
     assert 0.0 < seconds < 5.0
     assert int(model.optimizer.iterations.numpy()) == 6  # a traced pass, then a timed one
+    assert model.train_function.experimental_get_tracing_count() == 1
 
 
 def test_the_plan_is_kept_beside_the_checkpoints(tmp_path):

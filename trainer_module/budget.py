@@ -11,6 +11,7 @@ told that step count from the start, and `--train-steps N` repeats the run.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -57,13 +58,24 @@ class Plan:
 
 
 def seconds_per_step(model: keras.Model, batches: list) -> float:
-    """Mean seconds of one training step over `batches`, after a first pass that traces every
-    batch shape (tracing is paid once per training, not per step)."""
-    for inputs, labels in batches:
-        model.train_on_batch(inputs, labels)
+    """Mean seconds of one training step over `batches`, timed as `fit` runs its steps: Keras'
+    compiled train function called once per step on a dataset iterator, after a first pass
+    that traces it. (`train_on_batch` adds Python work to every call, which made the probe
+    see steps ~40 % slower than training ran them on a fast CPU: BENCHMARKS.md, "The
+    precision probe".)"""
+    dataset = functools.reduce(tf.data.Dataset.concatenate,
+                               [tf.data.Dataset.from_tensors(batch) for batch in batches])
+    iterator = iter(dataset.repeat())
+    train_step = model.make_train_function()
+
+    def one_pass() -> None:
+        for _ in batches:
+            logs = train_step(iterator)
+        tf.nest.flatten(logs)[0].numpy()  # wait for the last step's result
+
+    one_pass()
     start = time.perf_counter()
-    for inputs, labels in batches:
-        model.train_on_batch(inputs, labels)
+    one_pass()
     return (time.perf_counter() - start) / len(batches)
 
 
