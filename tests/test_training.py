@@ -17,8 +17,9 @@ import tf_keras as keras
 from scipy import stats
 
 from helpers import REPO
-from trainer_module import callbacks, devices, input_pipeline, optimization
+from trainer_module import callbacks, devices, input_pipeline, optimization, task
 from trainer_module.hparams import PRECISIONS, HParams, get_profile
+from trainer_module.settings import TrainerSettings
 
 
 @pytest.mark.parametrize("precision, gpus, cpu_bfloat16, chosen", [
@@ -122,6 +123,25 @@ def test_history_counts_training_seconds_across_a_restart(tmp_path, monkeypatch)
         assert [(e["step"], e["train_seconds"]) for e in json.load(f)] == [
             (10, 10.0), (20, 20.0), (30, 30.0)]
     assert len(manager.checkpoints) == 3  # max_to_keep None (keep_checkpoints=0): all kept
+
+
+def test_a_rerun_resumes_the_same_trainings_checkpoints_and_new_code_starts_anew():
+    """The checkpoint directory (and the budget's plan kept in it) belongs to one training:
+    same data, hparams and Trainer code. A code fix must not resume the old training."""
+    fn_args = types.SimpleNamespace(model_run_dir="/run/1", train_files=["/t/b", "/t/a"],
+                                    transform_output="/transform/7")
+    hparams = get_profile("smoke")
+    settings = TrainerSettings(profile="smoke", checkpoint_root="/root/checkpoints",
+                               code_version="c0de")
+    first = task.checkpoint_dir_for(fn_args, settings, hparams)
+    assert first.startswith("/root/checkpoints/")
+    rerun = types.SimpleNamespace(**{**vars(fn_args), "model_run_dir": "/run/2",
+                                     "train_files": ["/t/a", "/t/b"]})
+    assert task.checkpoint_dir_for(rerun, settings, hparams) == first
+    assert task.checkpoint_dir_for(
+        fn_args, dataclasses.replace(settings, code_version="f1x"), hparams) != first
+    assert task.checkpoint_dir_for(
+        fn_args, settings, dataclasses.replace(hparams, dropout_rate=0.2)) != first
 
 
 def test_non_chief_checkpoints_are_written_then_deleted(tmp_path):

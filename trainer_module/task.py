@@ -47,13 +47,14 @@ def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
                  for name in (SOURCE_VOCAB, TARGET_VOCAB))
 
 
-def _checkpoint_dir(fn_args: FnArgs, settings: TrainerSettings,
+def checkpoint_dir_for(fn_args: FnArgs, settings: TrainerSettings,
                     hparams: hparams_lib.HParams) -> str:
-    """Stable across re-runs of the same training (same data, same hparams), so a killed
-    Trainer resumes where it stopped instead of starting over."""
+    """Stable across re-runs of the same training (same data, hparams and Trainer code), so a
+    killed Trainer resumes where it stopped instead of starting over; new code trains anew
+    (the time budget's plan is kept here too, so it would otherwise outlive a fix)."""
     root = settings.checkpoint_root or os.path.join(fn_args.model_run_dir, "checkpoints")
     key = json.dumps([dataclasses.asdict(hparams), sorted(fn_args.train_files),
-                      fn_args.transform_output], sort_keys=True)
+                      fn_args.transform_output, settings.code_version], sort_keys=True)
     return os.path.join(root, hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
@@ -107,7 +108,7 @@ def run_fn(fn_args: FnArgs) -> None:
     strategy = devices.choose_strategy()
     chief = devices.writes_results(strategy)
     # Keyed before the plan, so that a re-run finds it and the plan kept there.
-    checkpoint_dir = _checkpoint_dir(fn_args, settings, hparams)
+    checkpoint_dir = checkpoint_dir_for(fn_args, settings, hparams)
     history_path = os.path.join(checkpoint_dir, HISTORY_FILE)
     plan = budget.Plan.load(checkpoint_dir)
     if plan is None:
