@@ -3,7 +3,9 @@
 Each variant is the profile with some hyperparameters replaced (precision, XLA, model shape,
 ...). One model per variant, built from the same seed; each trains on the same first batches
 of the training split (Transform's output of a pipeline run), as that variant batches them
-(XLA pads to bucket boundaries). Every batch shape is traced before timing, and the rounds
+(XLA pads to bucket boundaries). Steps are timed as the Trainer's probe times them
+(`budget.seconds_per_step`: the compiled train function on an iterator, after an untimed pass;
+before 94d0b9f this script called `train_on_batch`, which adds Python per step), and the rounds
 rotate the order of the variants so that machine noise hits them alike. Reports median ms per
 step, target tokens per second, and both against the first variant.
 
@@ -17,13 +19,12 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 import tensorflow as tf
 import tensorflow_transform as tft
 
 from train_throughput import latest
-from trainer_module import devices, hparams as hparams_lib
+from trainer_module import budget, devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
 from trainer_module.task import build_keras_model, vocab_sizes
 
@@ -57,18 +58,14 @@ def main() -> None:
         tokens[name] = sum(int(tf.math.count_nonzero(labels)) for _, labels in batches[name])
         tf.random.set_seed(0)
         models[name] = build_keras_model(hparams)
-        for inputs, labels in batches[name]:  # trace (or compile) every batch shape first
-            models[name].train_on_batch(inputs, labels)
+        budget.seconds_per_step(models[name], batches[name])  # trace (or compile) first
         print(f"{name}: {overrides or 'the profile as is'}, traced", flush=True)
     names = list(variants)
     times: dict[str, list[float]] = {n: [] for n in names}
     for round_index in range(args.rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            for inputs, labels in batches[name]:
-                models[name].train_on_batch(inputs, labels)
-            times[name].append((time.perf_counter() - start) / len(batches[name]) * 1000)
+            times[name].append(budget.seconds_per_step(models[name], batches[name]) * 1000)
         print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
             f"{n} {times[n][-1]:.0f} ms" for n in names), flush=True)
     median = {n: round(statistics.median(t), 1) for n, t in times.items()}
