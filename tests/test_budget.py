@@ -155,7 +155,8 @@ def test_estimating_records_nothing_observing_does():
 
 
 @pytest.mark.parametrize("seconds_per_step, minutes, long_run", [
-    (0.58, 15, False), (0.58, 30, False), (0.58, 60, True), (0.275, 30, True)])
+    (0.58, 30, False), (0.58, 60, False), (0.58, 120, True), (0.31, 30, False),
+    (0.275, 60, True)])
 def test_the_recipe_follows_the_steps_the_budget_buys(caplog, seconds_per_step, minutes,
                                                       long_run):
     """The profile's 2+2 recipe below LONG_RUN_STEPS steps, the long-run recipe beyond; one log
