@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
 import time
 
 import tf_keras as keras
-import tensorflow_transform as tft
 
-from benchmarks.train_throughput import latest
+from benchmarks.train_throughput import latest_transform
 from trainer_module import budget, devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
 from trainer_module.task import build_keras_model, vocab_sizes
@@ -56,10 +54,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fit-steps", type=int, default=100)
     args = parser.parse_args()
-    transform_dir = latest(os.path.join(args.pipeline_root, "Transform", "transform_graph", "*"))
-    examples = latest(os.path.join(args.pipeline_root, "Transform", "transformed_examples", "*"))
-    train_files = os.path.join(examples, "Split-train", "*")
-    output = tft.TFTransformOutput(transform_dir)
+    output, train_files = latest_transform(args.pipeline_root)
     base = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
     hparams = {p: dataclasses.replace(base, precision=p) for p in PRECISIONS}
     # The probe's batches, as trainer_module.task._probe takes them.

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 
 import tensorflow as tf
-import tensorflow_transform as tft
 
-from train_throughput import latest
+from train_throughput import latest_transform
 from trainer_module import budget, devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
 from trainer_module.task import build_keras_model, vocab_sizes
@@ -46,14 +44,12 @@ def main() -> None:
     parser.add_argument("--variant", action="append", help="NAME=FIELD=VALUE[,FIELD=VALUE...]")
     args = parser.parse_args()
     variants = dict(parse_variant(v) for v in args.variant or PRECISIONS)
-    transform_dir = latest(os.path.join(args.pipeline_root, "Transform", "transform_graph", "*"))
-    examples = latest(os.path.join(args.pipeline_root, "Transform", "transformed_examples", "*"))
-    output = tft.TFTransformOutput(transform_dir)
+    output, train_files = latest_transform(args.pipeline_root)
     base = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
     models, batches, tokens = {}, {}, {}
     for name, overrides in variants.items():
         hparams = hparams_lib.with_overrides(base, overrides)
-        batches[name] = list(make_dataset(os.path.join(examples, "Split-train", "*"), output,
+        batches[name] = list(make_dataset(train_files, output,
                                           hparams, training=True, seed=0).take(args.steps))
         tokens[name] = sum(int(tf.math.count_nonzero(labels)) for _, labels in batches[name])
         tf.random.set_seed(0)

@@ -26,6 +26,13 @@ def latest(pattern: str) -> str:
     return max(glob.glob(pattern), key=lambda p: int(p.rstrip("/").split("/")[-1]))
 
 
+def latest_transform(pipeline_root: str) -> tuple[tft.TFTransformOutput, str]:
+    """The newest Transform output under `pipeline_root`, and its training files' pattern."""
+    transform_dir = latest(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))
+    examples = latest(os.path.join(pipeline_root, "Transform", "transformed_examples", "*"))
+    return tft.TFTransformOutput(transform_dir), os.path.join(examples, "Split-train", "*")
+
+
 def measure(model, dataset, steps: int, warmup_steps: int) -> dict:
     """Trains `steps` batches after `warmup_steps`; `dataset` may be an iterator to continue."""
     iterator = iter(dataset)
@@ -52,11 +59,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup-steps", type=int, default=10)
     args = parser.parse_args()
-    transform_dir = latest(os.path.join(args.pipeline_root, "Transform", "transform_graph", "*"))
-    examples = latest(os.path.join(args.pipeline_root, "Transform", "transformed_examples", "*"))
-    output = tft.TFTransformOutput(transform_dir)
+    output, files = latest_transform(args.pipeline_root)
     hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
-    files = os.path.join(examples, "Split-train", "*")
     tf.random.set_seed(0)
     model = build_keras_model(hparams)
     results = {"profile": args.profile, "pad_to": max(hparams.max_source_length,
