@@ -242,7 +242,6 @@ def test_the_learner_sees_only_the_most_frequent_words(fra_sample, caplog):
         "wordpiece_max_words)" in caplog.text
 
 
-
 @pytest.mark.parametrize("vocab_size", [8000, 300])  # out of the words' reach; within it
 def test_the_learner_gives_tensorflow_texts_vocabulary_with_or_without_its_search(
         fra_sample, vocab_size):
@@ -250,6 +249,7 @@ def test_the_learner_gives_tensorflow_texts_vocabulary_with_or_without_its_searc
         _fra_rows(fra_sample), "english").items() if w]
     assert wordpiece.learn_pieces(words, vocab_size, 10) == wordpiece.learner_lib.learn(
         words, vocab_size, reserved_tokens=[], lower_thresh=10, joiner="##")
+
 
 @pytest.mark.parametrize("config, message", [
     ({"whole_numbers": "yes"}, "whole_numbers must be true or false, got 'yes'"),
