@@ -60,9 +60,9 @@ class Plan:
 def seconds_per_step(model: keras.Model, batches: list) -> float:
     """Mean seconds of one training step over `batches`, timed as `fit` runs its steps: Keras'
     compiled train function called once per step on a dataset iterator, after a first pass
-    that traces it. (`train_on_batch` adds Python work to every call, which made the probe
-    see steps ~40 % slower than training ran them on a fast CPU: BENCHMARKS.md, "The
-    precision probe".)"""
+    that traces it. (`train_on_batch` adds Python work to every call: its readings of the same
+    steps varied by up to 1.5x, and one made a budget expect 30 % fewer steps than it trained;
+    BENCHMARKS.md, "The precision probe".)"""
     dataset = functools.reduce(tf.data.Dataset.concatenate,
                                [tf.data.Dataset.from_tensors(batch) for batch in batches])
     iterator = iter(dataset.repeat())
