@@ -27,7 +27,7 @@ import sys
 import time
 
 from benchmarks.quality import evaluate
-from benchmarks.train_throughput import latest
+from benchmarks.pipeline_outputs import latest
 
 # name -> extra `nmt run` flags on top of the cpu profile's defaults. Results recorded before
 # split elisions became the default (results_ablation*.json's "default" rows) were measured on

@@ -20,10 +20,10 @@ import time
 
 import tf_keras as keras
 
-from benchmarks.train_throughput import latest_transform
-from trainer_module import budget, devices, hparams as hparams_lib
+from benchmarks import pipeline_outputs
+from trainer_module import budget, devices
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.task import build_keras_model, vocab_sizes
+from trainer_module.task import build_keras_model
 
 PRECISIONS = ("float32", "mixed_bfloat16")
 
@@ -49,13 +49,9 @@ class _StepClock(keras.callbacks.Callback):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pipeline-root", required=True)
-    parser.add_argument("--profile", default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fit-steps", type=int, default=100)
-    args = parser.parse_args()
-    output, train_files = latest_transform(args.pipeline_root)
-    base = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
+    args, output, train_files, base = pipeline_outputs.parse_training_args(parser)
     hparams = {p: dataclasses.replace(base, precision=p) for p in PRECISIONS}
     # The probe's batches, as trainer_module.task._probe takes them.
     batches = {p: list(make_dataset(train_files, output, h, training=True)

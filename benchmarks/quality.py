@@ -18,7 +18,7 @@ import sacrebleu
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the Transform graph's NFKC op)
 
-from benchmarks.train_throughput import latest
+from benchmarks.pipeline_outputs import latest
 from components.fra_example_gen.executor import read_split
 from transform_module.preprocessing import LENGTH_BUCKETS
 

@@ -302,7 +302,7 @@ class Results:
         os.replace(tmp, self.path)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     seconds = round(seconds)
     if seconds < 120:
         return f"{seconds} s"
@@ -329,27 +329,32 @@ def estimate_s(step: tuple[int, str, str], done: dict[tuple[int, str, str], floa
     return None
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1,4,16", help="corpus sizes K (x fra.txt)")
+def add_corpus_arguments(parser: argparse.ArgumentParser, sizes: str) -> None:
+    """The sizes, Beam modes and corpora of a scaling benchmark (this one, runner_memory.py)."""
+    parser.add_argument("--sizes", default=sizes, help="corpus sizes K (x fra.txt)")
     parser.add_argument("--modes", default="multi_processing,in_memory",
                         help="Beam modes: " + ", ".join(MODES))
-    parser.add_argument("--components", default=",".join(COMPONENTS),
-                        help="components to measure (run in pipeline order)")
     parser.add_argument("--data-root", default="/work/scale_data",
                         help="where the corpora are (generated if missing)")
-    parser.add_argument("--runs-root", default=None,
-                        help="pipeline roots and logs (default: DATA_ROOT/runs)")
     parser.add_argument("--source", default=os.environ.get("FRA_TXT",
                                                            "/work/shared/data/fra-eng/fra.txt"),
                         help="fra.txt, to generate corpora (default: $FRA_TXT)")
     parser.add_argument("--lines", type=int, default=None,
                         help="corpora of about N lines of fra.txt per copy (smoke tests)")
-    parser.add_argument("--gzip", action="store_true", help="corpora of .txt.gz parts")
-    parser.add_argument("--seed", type=int, default=0, help="make_corpus's seed")
     parser.add_argument("--workers", type=int, default=2,
                         help="--direct_num_workers of multi_processing (default 2)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_corpus_arguments(parser, sizes="1,4,16")
+    parser.add_argument("--components", default=",".join(COMPONENTS),
+                        help="components to measure (run in pipeline order)")
+    parser.add_argument("--runs-root", default=None,
+                        help="pipeline roots and logs (default: DATA_ROOT/runs)")
+    parser.add_argument("--gzip", action="store_true", help="corpora of .txt.gz parts")
+    parser.add_argument("--seed", type=int, default=0, help="make_corpus's seed")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per component run before it is killed")
     parser.add_argument("--keep-roots", action="store_true",
@@ -420,13 +425,13 @@ def main(argv: list[str] | None = None) -> None:
                     failed = component
                 results.add(row)
                 remaining = [estimate_s(s, done) for s in steps[number:]]
-                eta = ("unknown" if None in remaining else _duration(sum(remaining)))
+                eta = ("unknown" if None in remaining else duration(sum(remaining)))
                 what = (f"{run['subprocess_s']:.0f} s (component {row.get('component_s', 0):.1f} s"
                         f" {row.get('time_source', '')}), peak {_memory(run['peak_rss_mb'])}"
                         if run["status"] == "ok" else
                         f"{run['status'].upper()} after {run['subprocess_s']:.0f} s, see {log_path}")
                 print(f"[{number}/{len(steps)}] {label} {mode} {component}: {what}; "
-                      f"elapsed {_duration(time.monotonic() - started)}, ETA {eta}",
+                      f"elapsed {duration(time.monotonic() - started)}, ETA {eta}",
                       file=sys.stderr, flush=True)
             if not args.keep_roots:
                 shutil.rmtree(root, ignore_errors=True)

@@ -21,10 +21,10 @@ import statistics
 
 import tensorflow as tf
 
-from train_throughput import latest_transform
+from benchmarks import pipeline_outputs
 from trainer_module import budget, devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.task import build_keras_model, vocab_sizes
+from trainer_module.task import build_keras_model
 
 PRECISIONS = [f"{p}=precision={p}" for p in ("float32", "mixed_bfloat16", "mixed_float16")]
 
@@ -37,15 +37,11 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pipeline-root", required=True)
-    parser.add_argument("--profile", default="cpu")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per variant and round")
     parser.add_argument("--variant", action="append", help="NAME=FIELD=VALUE[,FIELD=VALUE...]")
-    args = parser.parse_args()
+    args, output, train_files, base = pipeline_outputs.parse_training_args(parser)
     variants = dict(parse_variant(v) for v in args.variant or PRECISIONS)
-    output, train_files = latest_transform(args.pipeline_root)
-    base = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
     models, batches, tokens = {}, {}, {}
     for name, overrides in variants.items():
         hparams = hparams_lib.with_overrides(base, overrides)

@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 from benchmarks.quality import evaluate
-from benchmarks.train_throughput import latest
+from benchmarks.pipeline_outputs import latest
 
 
 def checkpoint_at(history: list[dict], seconds: float, seconds_per_step: float | None) -> dict:

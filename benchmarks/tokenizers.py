@@ -15,11 +15,11 @@ import json
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from benchmarks.pipeline_outputs import profile_hparams
 from benchmarks.train_throughput import measure
 from benchmarks.unk_rate import transformed_examples_of, unk_rates
-from trainer_module import hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.task import build_keras_model, vocab_sizes
+from trainer_module.task import build_keras_model
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     for name, graph in (("word", args.word), ("wordpiece", args.wordpiece)):
         results[name] = {"transform_graph": graph, **unk_rates(graph, args.split)}
         output = tft.TFTransformOutput(graph)
-        hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
+        hparams = profile_hparams(args.profile, output)
         tf.random.set_seed(0)
         model = build_keras_model(hparams)
         files = f"{transformed_examples_of(graph)}/Split-train/*"

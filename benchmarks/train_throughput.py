@@ -9,28 +9,14 @@ Usage: python benchmarks/train_throughput.py --pipeline-root /work/runs/cpu [--p
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import os
 import time
 
 import tensorflow as tf
-import tensorflow_transform as tft
 
-from trainer_module import hparams as hparams_lib
+from benchmarks import pipeline_outputs
 from trainer_module.input_pipeline import make_dataset
-from trainer_module.task import build_keras_model, vocab_sizes
-
-
-def latest(pattern: str) -> str:
-    return max(glob.glob(pattern), key=lambda p: int(p.rstrip("/").split("/")[-1]))
-
-
-def latest_transform(pipeline_root: str) -> tuple[tft.TFTransformOutput, str]:
-    """The newest Transform output under `pipeline_root`, and its training files' pattern."""
-    transform_dir = latest(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))
-    examples = latest(os.path.join(pipeline_root, "Transform", "transformed_examples", "*"))
-    return tft.TFTransformOutput(transform_dir), os.path.join(examples, "Split-train", "*")
+from trainer_module.task import build_keras_model
 
 
 def measure(model, dataset, steps: int, warmup_steps: int) -> dict:
@@ -54,13 +40,9 @@ def measure(model, dataset, steps: int, warmup_steps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pipeline-root", required=True)
-    parser.add_argument("--profile", default="cpu")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup-steps", type=int, default=10)
-    args = parser.parse_args()
-    output, files = latest_transform(args.pipeline_root)
-    hparams = hparams_lib.get_profile(args.profile).with_vocab_sizes(*vocab_sizes(output))
+    args, output, files, hparams = pipeline_outputs.parse_training_args(parser)
     tf.random.set_seed(0)
     model = build_keras_model(hparams)
     results = {"profile": args.profile, "pad_to": max(hparams.max_source_length,

@@ -12,7 +12,7 @@ import os
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from benchmarks.train_throughput import latest
+from benchmarks.pipeline_outputs import latest
 from transform_module.preprocessing import SOURCE_IDS, SOURCE_VOCAB, TARGET_IDS, TARGET_VOCAB
 from transform_module.tokens import UNK_ID
 

@@ -29,22 +29,18 @@ _COMPILED = re.compile(r"Compiled (__inference_\w+) (\d+) times")
 def child(pipeline_root: str, steps: int, train_steps: int, pad_to_boundary: bool) -> None:
     """Trains `train_steps` XLA-compiled steps; prints the distinct batch shapes of the first
     `train_steps` and `steps` batches as JSON."""
-    import tensorflow_transform as tft
-
-    from train_throughput import latest
+    from benchmarks.pipeline_outputs import latest_transform
     from trainer_module import hparams as hparams_lib
     from trainer_module.input_pipeline import make_dataset
     from trainer_module.task import build_keras_model, vocab_sizes
 
-    transform_dir = latest(os.path.join(pipeline_root, "Transform", "transform_graph", "*"))
-    examples = latest(os.path.join(pipeline_root, "Transform", "transformed_examples", "*"))
-    output = tft.TFTransformOutput(transform_dir)
+    output, train_files = latest_transform(pipeline_root)
     base = hparams_lib.get_profile("base")
     hparams = dataclasses.replace(
         hparams_lib.get_profile("smoke"), batch_tokens=base.batch_tokens,
         max_source_length=base.max_source_length, max_target_length=base.max_target_length,
         use_xla=True).with_vocab_sizes(*vocab_sizes(output))
-    dataset = make_dataset(os.path.join(examples, "Split-train", "*"), output, hparams,
+    dataset = make_dataset(train_files, output, hparams,
                            training=True, seed=0, pad_to_boundary=pad_to_boundary)
     model = build_keras_model(hparams)
     model.fit(dataset, steps_per_epoch=train_steps, verbose=0)
