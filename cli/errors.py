@@ -24,6 +24,7 @@ EXPECTED_ERRORS: tuple[tuple[str, str, int], ...] = (
     ("pipeline.data_source", "DataSourceError", 2),  # no usable fra.txt
     ("components.fra_example_gen.parser", "InputDataError", 2),  # found before the run (in it: RunError)
     ("pipeline.translate", "TranslateError", 2),
+    ("pipeline.evaluation_set", "EvaluationSetError", 2),  # a test set nmt evaluate cannot read
     ("pipeline.metadata", "MetadataError", 2),  # no store, an unknown run or artifact...
     ("pipeline.kfp_client", "UnsupportedStorageError", 2),  # an s3:// or minio:// path
     (__name__, "CommandError", 1),

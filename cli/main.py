@@ -1,4 +1,5 @@
-"""`nmt`: the one command-line entry point: run, translate, kubeflow, metadata, report."""
+"""`nmt`: the one command-line entry point: run, translate, evaluate, kubeflow, metadata,
+report."""
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ import warnings
 # Google client libraries warn at import about Python versions they will drop one day.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
 
-from cli import errors, kubeflow, metadata, report, run, translate
+from cli import errors, evaluate, kubeflow, metadata, report, run, translate
 from pipeline import logs
 
 
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nmt", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="show all library logs")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for command in (run, translate, kubeflow, metadata, report):
+    for command in (run, translate, evaluate, kubeflow, metadata, report):
         command.add_parser(subparsers)
     return parser
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from pipeline import config as config_lib
 from pipeline import metadata
+from pipeline.signatures import signature
 
 MYSQL_PASSWORD_ENV = "NMT_MYSQL_PASSWORD"
 Columns = list[tuple[str, str]]  # (row key, header)
@@ -105,10 +106,14 @@ def _lineage_tables(result: dict[str, Any]) -> list[Table]:
 
 def _models_tables(models: list[dict[str, Any]]) -> list[Table]:
     rows = [{**m, "serving": "<- serving" if m["serving"] else ""} for m in models]
-    return [("", rows, [("model", "MODEL"), ("run", "RUN"), ("trained_steps", "STEPS"),
-                        ("train_steps", "OF"),
-                        ("bleu", "BLEU"), ("chrf", "CHRF"), ("blessed", "BLESSED"),
-                        ("pushed_version", "PUSHED"), ("serving", ""), ("uri", "URI")])]
+    title = ("Eval split, sacreBLEU. 1REF: against the first reference (BLEU "
+             f"{signature('bleu', 1)}; chrF {signature('chrf', 1)}). ALL: against every "
+             "reference (nrefs:var). 1REF gates the Pusher.")
+    return [(title, rows, [("model", "MODEL"), ("run", "RUN"), ("trained_steps", "STEPS"),
+                           ("train_steps", "OF"), ("bleu_1ref", "BLEU-1REF"),
+                           ("chrf_1ref", "CHRF-1REF"), ("bleu", "BLEU-ALL"),
+                           ("chrf", "CHRF-ALL"), ("blessed", "BLESSED"),
+                           ("pushed_version", "PUSHED"), ("serving", ""), ("uri", "URI")])]
 
 
 def _diff_tables(result: dict[str, Any]) -> list[Table]:

@@ -25,7 +25,8 @@ Inputs, per example (TFMA feeds combiners one unbatched example at a time):
   references of this ONE example. ``None`` entries are dropped (sacreBLEU's
   "missing reference"); an empty string is a real, empty, reference, as in
   sacreBLEU (``ignore_empty_references=True`` drops those too). An example
-  with no reference at all raises ``ValueError``.
+  with no reference at all raises ``ValueError``. ``max_references=N`` keeps
+  the first N (1: single-reference scores, as published results are).
 
 Bytes are decoded as UTF-8. Example weights are not supported (corpus BLEU has
 no notion of them); TFMA raises if a MetricsSpec asks for weighted metrics.
@@ -52,6 +53,10 @@ from tensorflow_model_analysis.proto import config_pb2
 
 CORPUS_BLEU_NAME = 'corpus_bleu'
 CORPUS_CHRF_NAME = 'corpus_chrf'
+# The same against one fixed reference per sentence (the first in file order): the way
+# published MT results are scored, and so comparable with them (max_references=1).
+CORPUS_BLEU_1REF_NAME = 'corpus_bleu_1ref'
+CORPUS_CHRF_1REF_NAME = 'corpus_chrf_1ref'
 DEFAULT_PREDICTION_KEY = 'translation'
 
 _Stats = List[int]
@@ -230,8 +235,9 @@ class _CorpusStatsCombiner(beam.CombineFn):
                  options: Dict[str, Any],
                  eval_config: Optional[config_pb2.EvalConfig], model_name: str,
                  output_name: str, prediction_key: Optional[str],
-                 ignore_empty_references: bool):
+                 ignore_empty_references: bool, max_references: int):
         self._key = key
+        self._max_references = max_references or None
         self._stats = CorpusStatistics(kind, options)
         self._model_name = model_name
         self._output_name = output_name
@@ -259,8 +265,8 @@ class _CorpusStatsCombiner(beam.CombineFn):
         label = _select(label, [self._label_key])
         if prediction is None:
             raise ValueError(f'{self._key.name}: no prediction for this example')
-        return to_hypothesis(prediction), to_references(
-            label, self._ignore_empty_references)
+        references = to_references(label, self._ignore_empty_references)
+        return to_hypothesis(prediction), references[:self._max_references]
 
     def create_accumulator(self) -> _Stats:
         return self._stats.zeros()
@@ -289,6 +295,7 @@ def _make_computations_fn(kind: str, option_names: tuple[str, ...]) -> Callable:
     def computations(name: str,
                      prediction_key: Optional[str] = None,
                      ignore_empty_references: bool = False,
+                     max_references: int = 0,
                      eval_config: Optional[config_pb2.EvalConfig] = None,
                      model_name: str = '',
                      output_name: str = '',
@@ -308,7 +315,8 @@ def _make_computations_fn(kind: str, option_names: tuple[str, ...]) -> Callable:
                     key=key, kind=kind, options=options, eval_config=eval_config,
                     model_name=model_name, output_name=output_name,
                     prediction_key=prediction_key,
-                    ignore_empty_references=ignore_empty_references))
+                    ignore_empty_references=ignore_empty_references,
+                    max_references=max_references))
         ]
 
     # merge_per_key_computations inspects the *named* args to decide what to
@@ -320,13 +328,15 @@ class CorpusBleu(metric_types.Metric):
     """Corpus BLEU (sacreBLEU, 13a tokenisation by default) as a float in [0, 100].
 
     Same defaults as ``sacrebleu.corpus_bleu``. ``prediction_key`` selects the
-    translation when the model outputs a dict (see module docstring).
+    translation when the model outputs a dict (see module docstring);
+    ``max_references`` > 0 scores against that many references per sentence.
     """
 
     def __init__(self,
                  name: str = CORPUS_BLEU_NAME,
                  prediction_key: Optional[str] = None,
                  ignore_empty_references: bool = False,
+                 max_references: int = 0,
                  lowercase: bool = False,
                  tokenize: str = sacrebleu.BLEU.TOKENIZER_DEFAULT,
                  smooth_method: str = 'exp',
@@ -338,6 +348,7 @@ class CorpusBleu(metric_types.Metric):
             name=name,
             prediction_key=prediction_key,
             ignore_empty_references=ignore_empty_references,
+            max_references=max_references,
             lowercase=lowercase,
             tokenize=tokenize,
             smooth_method=smooth_method,
@@ -358,6 +369,7 @@ class CorpusChrf(metric_types.Metric):
                  name: str = CORPUS_CHRF_NAME,
                  prediction_key: Optional[str] = None,
                  ignore_empty_references: bool = False,
+                 max_references: int = 0,
                  char_order: int = sacrebleu.CHRF.CHAR_ORDER,
                  word_order: int = sacrebleu.CHRF.WORD_ORDER,
                  beta: int = sacrebleu.CHRF.BETA,
@@ -371,6 +383,7 @@ class CorpusChrf(metric_types.Metric):
             name=name,
             prediction_key=prediction_key,
             ignore_empty_references=ignore_empty_references,
+            max_references=max_references,
             char_order=char_order,
             word_order=word_order,
             beta=beta,

@@ -400,9 +400,12 @@ def _count_records(split_dir: str) -> int:
 
 @functools.lru_cache(maxsize=None)
 def evaluation_metrics(uri: str) -> dict[str, Any]:
-    """Corpus BLEU/chrF of a ModelEvaluation, overall and per English length bucket."""
+    """Corpus BLEU/chrF of a ModelEvaluation, overall and per English length bucket: against
+    all references (bleu, chrf) and against the first (bleu_1ref, chrf_1ref; None in
+    evaluations made before the Evaluator measured them)."""
     import tensorflow_model_analysis as tfma  # slow to import: only when metrics are asked for
-    from components.tfma_metrics import CORPUS_BLEU_NAME, CORPUS_CHRF_NAME
+    from components.tfma_metrics import (CORPUS_BLEU_1REF_NAME, CORPUS_BLEU_NAME,
+                                         CORPUS_CHRF_1REF_NAME, CORPUS_CHRF_NAME)
 
     tf_logger = logging.getLogger("tensorflow")
     level = tf_logger.level
@@ -414,8 +417,10 @@ def evaluation_metrics(uri: str) -> dict[str, Any]:
     scores: dict[str, Any] = {"overall": None, "by_length": {}}
     for slice_key, values in result.slicing_metrics:
         metrics = values[""][""]
-        score = {"bleu": metrics[CORPUS_BLEU_NAME]["doubleValue"],
-                 "chrf": metrics[CORPUS_CHRF_NAME]["doubleValue"]}
+        score = {key: metrics[name]["doubleValue"] if name in metrics else None
+                 for key, name in (("bleu", CORPUS_BLEU_NAME), ("chrf", CORPUS_CHRF_NAME),
+                                   ("bleu_1ref", CORPUS_BLEU_1REF_NAME),
+                                   ("chrf_1ref", CORPUS_CHRF_1REF_NAME))}
         if slice_key:  # the Evaluator slices by one feature: the English length bucket
             scores["by_length"][slice_key[0][1]] = score
         else:
@@ -617,6 +622,41 @@ def lineage(store: mlmd.MetadataStore, ref: str) -> dict[str, Any]:
             "hyperparameters": _model_hparams(graph, models[0]) if models else None}
 
 
+def _model_of_directory(graph: _Graph, model_dir: str) -> metadata_store_pb2.Artifact | None:
+    """The Model or PushedModel artifact whose files are `model_dir`: a pushed version's
+    directory, or a Trainer's Model (its Format-Serving SavedModel); None for any other
+    directory (a copy, a model of another store)."""
+    wanted = os.path.normpath(model_dir)
+    for artifact in sorted(graph.artifacts.values(), key=lambda a: a.id, reverse=True):
+        if artifact.type == "PushedModel":
+            places = [_pushed_properties(graph, artifact).get("destination")]
+        elif artifact.type == "Model":
+            places = [artifact.uri, os.path.join(artifact.uri, "Format-Serving")]
+        else:
+            continue
+        if wanted in {os.path.normpath(p) for p in places if p}:
+            return artifact
+    return None
+
+
+def training_examples(store: mlmd.MetadataStore, model_dir: str) -> dict[str, Any] | None:
+    """Where the model in `model_dir` learned from, by its lineage: the Model artifact's id and
+    the train split ExampleGen wrote ({"model", "examples", "train_split"}); None when the
+    store knows no artifact of that directory."""
+    graph = _load(store)
+    target = _model_of_directory(graph, model_dir)
+    if target is None:
+        return None
+    upstream = [graph.artifacts[a] for a in _upstream(graph, target.id)]
+    models = [a.id for a in upstream if a.type == "Model"]
+    examples = [a for a in upstream if a.type == "Examples" and _input_file(a)]
+    if not models or not examples:
+        return None
+    source = max(examples, key=lambda a: a.id)
+    return {"model": max(models), "examples": source.id,
+            "train_split": os.path.join(source.uri, "Split-train")}
+
+
 # --- models -------------------------------------------------------------------------------
 
 def _pushes(graph: _Graph) -> dict[int, list[dict[str, Any]]]:
@@ -667,6 +707,7 @@ def list_models(store: mlmd.MetadataStore) -> list[dict[str, Any]]:
             "created": _iso(model.create_time_since_epoch),
             "train_steps": (_model_hparams(graph, model) or {}).get("train_steps"),
             "trained_steps": _trained_steps(graph, model),
+            "bleu_1ref": judged.get("bleu_1ref"), "chrf_1ref": judged.get("chrf_1ref"),
             "bleu": judged.get("bleu"), "chrf": judged.get("chrf"),
             "blessed": judged.get("blessed"), "baseline_model": judged.get("baseline_model"),
             "pushed_version": model_pushes[-1]["version"] if model_pushes else None,

@@ -23,6 +23,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  registers the ops of the Transform graph in the model
 
 from pipeline import metadata  # noqa: E402
+from pipeline.signatures import signature  # noqa: E402
 from trainer_module.settings import HISTORY_FILE  # noqa: E402
 from components.fra_example_gen.executor import read_split  # noqa: E402
 from transform_module.preprocessing import RESERVED_TOKENS  # noqa: E402
@@ -102,7 +103,8 @@ def _bleu_figure(by_length: dict[str, dict[str, float]], overall: dict[str, floa
     figure, ax = plt.subplots(figsize=(7, 3.6))
     buckets = list(by_length)
     x = np.arange(len(buckets))
-    for offset, metric, label in ((-0.2, "bleu", "BLEU"), (0.2, "chrf", "chrF")):
+    for offset, metric, label in ((-0.2, "bleu", "BLEU, all references"),
+                                  (0.2, "chrf", "chrF, all references")):
         bars = ax.bar(x + offset, [by_length[b][metric] for b in buckets], 0.4,
                       label=f"{label} (overall {overall[metric]:.1f})")
         ax.bar_label(bars, fmt="%.1f", fontsize=8)
@@ -185,8 +187,13 @@ def _summary(run: dict[str, Any], found: _RunArtifacts) -> str:
         ("Pipeline", run["pipeline"]), ("Status", run["status"]),
         ("Started", run["start"]), ("Duration (s)", run["duration_s"]),
         ("Model", f"{found.model['id']}: {found.model['uri']}"),
-        ("BLEU / chrF (eval split)", f"{metadata.as_text(blessing.get('bleu'))} / "
-                                     f"{metadata.as_text(blessing.get('chrf'))}"),
+        ("BLEU / chrF, eval split, one reference (the gate)",
+         f"{metadata.as_text(blessing.get('bleu_1ref'))} / "
+         f"{metadata.as_text(blessing.get('chrf_1ref'))}"),
+        ("BLEU / chrF, eval split, all references",
+         f"{metadata.as_text(blessing.get('bleu'))} / {metadata.as_text(blessing.get('chrf'))}"),
+        ("sacreBLEU signatures", f"BLEU {signature('bleu', 1)} (all references: nrefs:var); "
+                                 f"chrF {signature('chrf', 1)}"),
         ("Blessed", f"{metadata.as_text(blessing['blessed'])} (baseline model: "
                     f"{metadata.as_text(blessing['baseline_model'])})"),
         ("Pushed version", found.pushed["properties"]["version"] if found.pushed else None),

@@ -15,6 +15,7 @@ from typing import Callable
 
 from pipeline import metadata
 from pipeline.config import PIPELINE_NAME, PipelineConfig, default_pipeline_root
+from pipeline.signatures import signature
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +27,10 @@ class ComponentTime:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """The Evaluator's judgement of this run's candidate model."""
+    """The Evaluator's judgement of this run's candidate model: its eval-split scores against
+    the first reference (the gate) and against all."""
+    bleu_1ref: float
+    chrf_1ref: float
     bleu: float
     chrf: float
     blessed: bool
@@ -58,11 +62,20 @@ def _blessing(verdict: Verdict) -> str:
     if not verdict.blessed:
         return "no: " + "; ".join(verdict.failures)
     if verdict.baseline_model is None:
-        return (f"yes: BLEU >= {verdict.min_bleu:g} (the first model: there is no blessed "
-                "one to compare with)")
-    return (f"yes: BLEU >= {verdict.min_bleu:g}, and neither BLEU nor chrF more than "
-            f"{verdict.max_metric_drop:g} below the latest blessed model "
+        return (f"yes: single-reference BLEU >= {verdict.min_bleu:g} (the first model: there "
+                "is no blessed one to compare with)")
+    return (f"yes: single-reference BLEU >= {verdict.min_bleu:g}, and neither its BLEU nor "
+            f"chrF more than {verdict.max_metric_drop:g} below the latest blessed model "
             f"(model {verdict.baseline_model})")
+
+
+def score_lines(bleu_1ref: float, chrf_1ref: float, bleu: float, chrf: float) -> list[str]:
+    """The eval split's scores, each naming its references, then their sacreBLEU signatures."""
+    return [f"Eval split, one reference: BLEU {bleu_1ref:.2f}, chrF {chrf_1ref:.2f} "
+            "(these gate the Pusher)",
+            f"Eval split, all references: BLEU {bleu:.2f}, chrF {chrf:.2f}",
+            f"Signatures: BLEU {signature('bleu', 1)} (all references: nrefs:var); "
+            f"chrF {signature('chrf', 1)}"]
 
 
 def _flags(**values: str | None) -> str:
@@ -108,7 +121,8 @@ def summary_lines(facts: RunFacts) -> list[str]:
     lines += [f"  {c.name:<{width}}  {c.seconds:7.1f} s  {c.state}" for c in facts.components]
     if facts.verdict:
         verdict = facts.verdict
-        lines.append(f"  Evaluation (eval split): BLEU {verdict.bleu:.2f}, chrF {verdict.chrf:.2f}")
+        lines += ["  " + line for line in score_lines(verdict.bleu_1ref, verdict.chrf_1ref,
+                                                      verdict.bleu, verdict.chrf)]
         lines.append(f"  Blessed: {_blessing(verdict)}")
     if not facts.to_component:
         lines.append(f"  Pushed: version {facts.pushed_version} to {facts.pushed_path}"
@@ -143,7 +157,8 @@ def _verdict(store, run: str, config: PipelineConfig) -> Verdict | None:
                                                              run_id=run)
                           if a["id"] == judged["evaluation"])
         failures = tuple(failed_thresholds(tfma.load_validation_result(evaluation["uri"])))
-    return Verdict(bleu=judged["bleu"], chrf=judged["chrf"], blessed=judged["blessed"],
+    return Verdict(bleu_1ref=judged["bleu_1ref"], chrf_1ref=judged["chrf_1ref"],
+                   bleu=judged["bleu"], chrf=judged["chrf"], blessed=judged["blessed"],
                    min_bleu=config.trainer_settings.bleu_threshold,
                    max_metric_drop=config.max_metric_drop,
                    baseline_model=judged["baseline_model"], failures=failures)

@@ -5,7 +5,7 @@ import logging
 import os
 import sys
 import unicodedata
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 _LOG = logging.getLogger(__name__)
 BATCH_SIZE = 64
@@ -56,9 +56,11 @@ def _batches(items: list, size: int) -> Iterator[list]:
         yield items[start:start + size]
 
 
-def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None = None
-              ) -> list[str]:
-    """Translates in batches; None (rejected input) gives an empty line, keeping alignment."""
+def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None = None,
+              progress: Callable[[int], None] | None = None) -> list[str]:
+    """Translates in batches; None (rejected input) gives an empty line, keeping alignment.
+    `progress` is told how many sentences are done: 0 once the model is loaded, then after
+    each batch."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  registers the ops of the Transform graph
 
@@ -67,6 +69,9 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
     sentences = list(sentences)
     todo = [(i, s) for i, s in enumerate(sentences) if s is not None]
     results = [""] * len(sentences)
+    done = 0
+    if progress:
+        progress(done)
     for batch in _batches(todo, BATCH_SIZE):
         output = signature(tf.constant([s for _, s in batch]))
         if beam and int(output["beam_width"][0]) != beam:
@@ -81,6 +86,9 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
                 _LOG.warning("Sentence %d has %d tokens: only the first %d were translated.",
                              index + 1, tokens, limit)
             results[index] = text.decode("utf-8")
+        done += len(batch)
+        if progress:
+            progress(done)
     return results
 
 

@@ -37,8 +37,8 @@ SLOW_FIXTURES = {"overfit", "exported_translator"}
 # module-scoped fixtures; so the scheduler below hands out whole modules, and these modules,
 # whose tests share the smoke pipeline root (fixtures smoke_run, smoke_rerun), as one unit.
 SMOKE_ROOT_FIXTURES = {"smoke_run", "smoke_rerun"}
-SMOKE_ROOT_MODULES = {"test_data_pipeline", "test_metadata", "test_metadata_stores",
-                      "test_pipeline_e2e"}
+SMOKE_ROOT_MODULES = {"test_data_pipeline", "test_evaluate", "test_metadata",
+                      "test_metadata_stores", "test_pipeline_e2e"}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -162,6 +162,25 @@ def fra_txt() -> str:
         pytest.fail(f"FRA_TXT must point to fra.txt (got {path!r}); e.g. "
                     "FRA_TXT=../shared/data/fra-eng/fra.txt make test")
     return os.path.abspath(path)
+
+
+@pytest.fixture(scope="session")
+def unseen_lines(fra_txt, fra_sample) -> list[tuple[str, str]]:
+    """(English, French) test lines the smoke model never trained on: the shared dev set's
+    ($TATOEBA_DEV, else tatoeba-dev/ beside fra.txt's directory, as ../shared lays them out),
+    or, where a user has no copy of it, fra.txt's own lines outside the smoke sample."""
+    dev = os.environ.get("TATOEBA_DEV") or os.path.join(
+        os.path.dirname(os.path.dirname(fra_txt)), "tatoeba-dev",
+        "tatoeba-test-v2021-08-07.unseen.eng")
+    if os.path.isfile(dev):
+        with open(dev, encoding="utf-8") as eng, \
+                open(dev.removesuffix(".eng") + ".fra", encoding="utf-8") as fra:
+            return list(zip(eng.read().splitlines(), fra.read().splitlines()))
+    with open(fra_sample, encoding="utf-8") as f:
+        sampled = {line.split("\t")[0] for line in f}
+    with open(fra_txt, encoding="utf-8") as f:
+        pairs = [line.rstrip("\n").split("\t")[:2] for line in f]
+    return [(english, french) for english, french in pairs[::97] if english not in sampled]
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import sacrebleu
 
 from helpers import REPO
 from pipeline.run_summary import (ComponentTime, RunFacts, Verdict, nmt_command,
@@ -147,8 +148,8 @@ def test_summary_of_a_blessed_and_pushed_model():
     lines = summary_lines(RunFacts(
         wall_seconds=2405.6, components=COMPONENTS,
         pipeline_root="/data/my runs",
-        verdict=Verdict(bleu=47.734, chrf=65.1, blessed=True, min_bleu=10.0,
-                        max_metric_drop=1.0, baseline_model=42),
+        verdict=Verdict(bleu_1ref=39.994, chrf_1ref=58.2, bleu=47.734, chrf=65.1,
+                        blessed=True, min_bleu=10.0, max_metric_drop=1.0, baseline_model=42),
         pushed_version="1795593454", pushed_path="/data/my runs/serving/nmt-fra-eng/1795593454"))
     assert lines == [
         "Run summary: the pipeline took 40m 06s.",
@@ -156,9 +157,13 @@ def test_summary_of_a_blessed_and_pushed_model():
         "  Trainer            1843.2 s  executed",
         "  Evaluator            78.0 s  executed",
         "  AtomicPusher          0.4 s  executed",
-        "  Evaluation (eval split): BLEU 47.73, chrF 65.10",
-        "  Blessed: yes: BLEU >= 10, and neither BLEU nor chrF more than 1 below the latest "
-        "blessed model (model 42)",
+        "  Eval split, one reference: BLEU 39.99, chrF 58.20 (these gate the Pusher)",
+        "  Eval split, all references: BLEU 47.73, chrF 65.10",
+        "  Signatures: BLEU nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:"
+        f"{sacrebleu.__version__} (all references: nrefs:var); chrF "
+        f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{sacrebleu.__version__}",
+        "  Blessed: yes: single-reference BLEU >= 10, and neither its BLEU nor chrF more than "
+        "1 below the latest blessed model (model 42)",
         "  Pushed: version 1795593454 to /data/my runs/serving/nmt-fra-eng/1795593454",
         "  Next: nmt translate --pipeline-root '/data/my runs' \"Hello.\"",
     ]
@@ -167,22 +172,23 @@ def test_summary_of_a_blessed_and_pushed_model():
 def test_summary_of_a_first_model_judged_on_bleu_alone():
     lines = summary_lines(RunFacts(
         wall_seconds=59.4, components=COMPONENTS, pipeline_name="nmt-test",
-        verdict=Verdict(bleu=0.05, chrf=3.5, blessed=True, min_bleu=0.0, max_metric_drop=1.0,
-                        baseline_model=None),
+        verdict=Verdict(bleu_1ref=0.04, chrf_1ref=3.1, bleu=0.05, chrf=3.5, blessed=True,
+                        min_bleu=0.0, max_metric_drop=1.0, baseline_model=None),
         pushed_version="7", pushed_path="/r/serving/nmt-fra-eng/7"))
     assert lines[0] == "Run summary: the pipeline took 59s."
-    assert "  Blessed: yes: BLEU >= 0 (the first model: there is no blessed one to compare " \
-           "with)" in lines
+    assert "  Blessed: yes: single-reference BLEU >= 0 (the first model: there is no blessed " \
+           "one to compare with)" in lines
     assert lines[-1] == '  Next: nmt translate --pipeline-name nmt-test "Hello."'
 
 
 def test_summary_of_a_model_that_was_not_blessed_says_why_and_what_next():
-    failures = ("corpus_bleu changed by -2.100 against the baseline (Change too small)",
-                "corpus_chrf changed by -1.500 against the baseline (Change too small)")
+    failures = ("corpus_bleu_1ref changed by -2.100 against the baseline (Change too small)",
+                "corpus_chrf_1ref changed by -1.500 against the baseline (Change too small)")
     lines = summary_lines(RunFacts(
         wall_seconds=600, components=COMPONENTS, pipeline_root="/r", pipeline_name="n",
-        verdict=Verdict(bleu=30.0, chrf=50.0, blessed=False, min_bleu=10.0,
-                        max_metric_drop=1.0, baseline_model=42, failures=failures)))
+        verdict=Verdict(bleu_1ref=25.0, chrf_1ref=45.0, bleu=30.0, chrf=50.0, blessed=False,
+                        min_bleu=10.0, max_metric_drop=1.0, baseline_model=42,
+                        failures=failures)))
     assert lines[-3:] == [
         "  Blessed: no: " + "; ".join(failures),
         "  Pushed: not pushed",

@@ -65,10 +65,13 @@ def test_the_run_ends_with_its_summary_and_shows_no_library_noise(smoke_run):
                       "AtomicPusher": "executed"}
     overall = {key: values[""][""] for key, values in tfma.load_eval_result(
         smoke_run.evaluation_uri).slicing_metrics}[()]
-    assert (f"  Evaluation (eval split): BLEU {overall['corpus_bleu']['doubleValue']:.2f}, "
+    assert (f"  Eval split, one reference: BLEU {overall['corpus_bleu_1ref']['doubleValue']:.2f}"
+            f", chrF {overall['corpus_chrf_1ref']['doubleValue']:.2f} (these gate the Pusher)"
+            ) in summary
+    assert (f"  Eval split, all references: BLEU {overall['corpus_bleu']['doubleValue']:.2f}, "
             f"chrF {overall['corpus_chrf']['doubleValue']:.2f}") in summary
-    assert "  Blessed: yes: BLEU >= 0 (the first model: there is no blessed one to compare " \
-           "with)" in summary
+    assert "  Blessed: yes: single-reference BLEU >= 0 (the first model: there is no blessed " \
+           "one to compare with)" in summary
     assert f"  Pushed: version {smoke_run.pushed_version} to {pushed_path(smoke_run)}" in summary
     assert summary[-1] == f'  Next: nmt translate --pipeline-root {shlex.quote(smoke_run.root)} ' \
                           '"Hello."'
@@ -127,6 +130,13 @@ def test_evaluator_bleu_equals_sacrebleu_on_the_pushed_model(smoke_run):
     assert overall["corpus_chrf"]["doubleValue"] == pytest.approx(
         sacrebleu.corpus_chrf(hypotheses, streams).score, abs=1e-6)
     assert overall["corpus_chrf"]["doubleValue"] > 5  # it learned something
+    # Against one reference: the first of each sentence, in fra.txt's order.
+    first = [[refs[0] for _, refs in rows]]
+    assert overall["corpus_bleu_1ref"]["doubleValue"] == pytest.approx(
+        sacrebleu.corpus_bleu(hypotheses, first).score, abs=1e-6)
+    assert overall["corpus_chrf_1ref"]["doubleValue"] == pytest.approx(
+        sacrebleu.corpus_chrf(hypotheses, first).score, abs=1e-6)
+    assert overall["corpus_chrf_1ref"]["doubleValue"] < overall["corpus_chrf"]["doubleValue"]
     # Token accuracy and perplexity: TFMA's corpus ratios of the model's per-example sums.
     files = sorted(glob.glob(os.path.join(smoke_run.examples_uri, "Split-eval", "*")))
     records = [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
@@ -230,7 +240,7 @@ def test_worse_candidate_is_not_blessed_and_not_pushed_and_the_log_says_why(smok
     failed = {(f.metric_key.name, f.metric_key.is_diff)
               for s in validation.metric_validations_per_slice for f in s.failures}
     assert failed and all(is_diff for _, is_diff in failed)  # change thresholds, not min BLEU
-    assert failed <= {("corpus_bleu", True), ("corpus_chrf", True)}
+    assert failed <= {("corpus_bleu_1ref", True), ("corpus_chrf_1ref", True)}
     summary = run_summary(result.stderr, "WARNING")  # no new model: a warning
     verdict = next(line for line in summary if line.startswith("  Blessed: no: "))
     for name, _ in failed:

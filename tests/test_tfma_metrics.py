@@ -148,6 +148,15 @@ def test_non_default_sacrebleu_options_are_honoured():
     assert chrf_pp != pytest.approx(_score(_combiner(CorpusChrf()), elements))
 
 
+@pytest.mark.parametrize('kind', sorted(METRICS))
+def test_max_references_one_scores_against_the_first_reference(kind):
+    hyps, refs = FIXTURES['random_corpus']
+    elements = [_inputs(h, rs) for h, rs in zip(hyps, refs)]
+    value = _score(_combiner(METRICS[kind](max_references=1)), elements)
+    assert value == pytest.approx(_expected(kind, hyps, [rs[:1] for rs in refs]), abs=TOL)
+    assert value < _score(_combiner(METRICS[kind]()), elements)  # the others counted before
+
+
 def test_one_dimensional_label_is_all_references_of_one_example():
     # TFMA's built-in Bleu scores this 0.0; both refs must count for one sentence.
     combiner = _combiner(CorpusBleu())

@@ -1,0 +1,161 @@
+"""`nmt evaluate`: a model's sacreBLEU BLEU and chrF on a test set, as published MT results are
+scored, with every line, the lines whose English the model trained on, and the others apart.
+
+The scores are sacreBLEU's own `corpus_score` on the model's translations, so they equal what
+sacreBLEU's command line prints for the hypotheses file. Seen and unseen lines come from the
+training-overlap check (pipeline/overlap.py) on the train split the model's ML Metadata
+lineage names; a model without lineage (a copied SavedModel) is scored on all lines only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import sacrebleu
+
+from pipeline import overlap as overlap_lib
+from pipeline.evaluation_set import EvaluationSet
+
+_LOG = logging.getLogger(__name__)
+# Seconds between two progress lines when stderr is not a terminal (a log file, CI).
+PROGRESS_EVERY_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Lineage:
+    """What the overlap check compared with, or why it could not."""
+    model: int | None = None  # the Model artifact in ML Metadata
+    train_split: str | None = None
+    missing: str | None = None  # why there is no lineage: then every line is scored as one
+
+
+def score(hypotheses: list[str], references: list[list[str]]) -> dict[str, Any]:
+    """sacreBLEU's corpus BLEU and chrF, with their signatures (None for no lines)."""
+    if not hypotheses:
+        return {"lines": 0, "bleu": None, "chrf": None}
+    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    return {"lines": len(hypotheses),
+            "bleu": bleu.corpus_score(hypotheses, references).score,
+            "chrf": chrf.corpus_score(hypotheses, references).score,
+            "bleu_signature": bleu.get_signature().format(),
+            "chrf_signature": chrf.get_signature().format()}
+
+
+def _subset(items: list, keep: list[bool]) -> list:
+    return [item for item, k in zip(items, keep) if k]
+
+
+def score_parts(hypotheses: list[str], test_set: EvaluationSet,
+                seen: list[bool] | None) -> dict[str, dict[str, Any]]:
+    """{"all": ..., "seen": ..., "unseen": ...} (only "all" without an overlap check)."""
+    parts = {"all": score(hypotheses, test_set.references)}
+    if seen is not None:
+        for name, keep in (("seen", seen), ("unseen", [not s for s in seen])):
+            parts[name] = score(_subset(hypotheses, keep),
+                                [_subset(stream, keep) for stream in test_set.references])
+    return parts
+
+
+class Progress:
+    """'Translated 640 of 2,675 sentences (24%), 51.2 sentences/s, ETA 40s': a bar redrawn in
+    place on a terminal, else a log line every PROGRESS_EVERY_S seconds."""
+
+    def __init__(self, total: int, stream=None, clock: Callable[[], float] = time.monotonic):
+        from trainer_module.callbacks import duration
+
+        self._duration = duration
+        self.total, self._clock = total, clock
+        self._stream = stream or sys.stderr
+        self._tty = self._stream.isatty()
+        self._started = self._last = clock()
+        self.seconds = 0.0  # from the first call (done=0, the model loaded) to the last
+
+    def __call__(self, done: int) -> None:
+        now = self._clock()
+        if done == 0:
+            self._started = self._last = now
+            return
+        self.seconds = now - self._started
+        if not self._tty and now - self._last < PROGRESS_EVERY_S and done < self.total:
+            return
+        self._last = now
+        rate = done / max(now - self._started, 1e-9)
+        eta = (self.total - done) / rate if rate else 0.0
+        text = (f"Translated {done:,} of {self.total:,} sentences ({done / self.total:.0%}), "
+                f"{rate:.1f} sentences/s, ETA {self._duration(eta)}")
+        if self._tty:
+            bar = "#" * round(20 * done / self.total)
+            self._stream.write(f"\r[{bar:<20}] {text}" + ("\n" if done >= self.total else ""))
+            self._stream.flush()
+        else:
+            _LOG.info("%s", text)
+
+
+def write_atomically(path: str, lines: list[str]) -> None:
+    """The hypotheses, one per line, appearing whole or not at all."""
+    directory = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=directory, delete=False,
+                                     prefix=".hypotheses-") as f:
+        f.write("".join(line + "\n" for line in lines))
+    os.replace(f.name, path)
+
+
+def training_lineage(store_config, model_dir: str) -> Lineage:
+    """The train split of the model in `model_dir`, from an ML Metadata store."""
+    from pipeline import metadata
+
+    try:
+        found = metadata.training_examples(metadata.connect(store_config), model_dir)
+    except metadata.MetadataError as err:
+        return Lineage(missing=str(err))
+    if found is None:
+        return Lineage(missing=f"ML Metadata knows no model in {model_dir} (a copied or "
+                               "foreign SavedModel?)")
+    return Lineage(model=found["model"], train_split=found["train_split"])
+
+
+def training_sentences(train_split: str) -> list[str]:
+    """The English sentence of every training example (one per distinct sentence)."""
+    from components.fra_example_gen.executor import read_split
+
+    examples = os.path.dirname(train_split)
+    return [english for english, _ in read_split(examples, "train")]
+
+
+def evaluate(test_set: EvaluationSet, model_dir: str, beam: int | None, lineage: Lineage,
+             hypotheses_path: str | None = None) -> dict[str, Any]:
+    """Translates the test set, checks it against training and scores it: the --json result."""
+    from pipeline import translate
+
+    checked = None
+    if lineage.train_split:
+        _LOG.info("Reading the model's training sentences (%s).", lineage.train_split)
+        checked = overlap_lib.find(test_set.sources, training_sentences(lineage.train_split))
+    _LOG.info("Translating %s sentences with %s.", f"{len(test_set.sources):,}",
+              f"beam search (width {beam})" if beam else "greedy decoding")
+    progress = Progress(len(test_set.sources))
+    hypotheses = translate.translate(test_set.sources, model_dir, beam, progress=progress)
+    if hypotheses_path:
+        write_atomically(hypotheses_path, hypotheses)
+    result: dict[str, Any] = {
+        "model": model_dir, "test_set": test_set.name, "lines": len(test_set.sources),
+        "references_per_line": test_set.num_refs,
+        "decoding": f"beam {beam}" if beam else "greedy",
+        "sentences_per_second": len(hypotheses) / progress.seconds if progress.seconds else None,
+        "hypotheses": hypotheses_path,
+        "overlap": None,
+        "scores": score_parts(hypotheses, test_set, checked.seen if checked else None)}
+    if checked:
+        result["overlap"] = {
+            "model": lineage.model, "train_split": lineage.train_split,
+            "training_sentences": checked.training_sentences,
+            "seen_exactly": sum(checked.exact), "seen_normalized": sum(checked.normalized),
+            "normalization": overlap_lib.NORMALIZATION}
+    else:
+        result["overlap"] = {"missing": lineage.missing}
+    return result

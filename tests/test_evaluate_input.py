@@ -1,0 +1,121 @@
+"""`nmt evaluate`'s test sets: every bad input stops the command with one error naming the file
+and line, before any model loads and with nothing written; and the overlap check's
+normalization and counts on a fixture with known seen lines."""
+from __future__ import annotations
+
+import pytest
+
+from cli.main import main
+from pipeline import overlap
+from pipeline.evaluation_set import EvaluationSetError, read_aligned, read_tsv
+
+
+def write(path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def evaluate_error(capsys, tmp_path, *args: str) -> str:
+    """`nmt evaluate ARGS` (with a model directory that does not exist, so any success would
+    fail later): the one error line; and no hypotheses file."""
+    hypotheses = tmp_path / "hyps.txt"
+    status = main(["evaluate", *args, "--model", str(tmp_path / "no-model"),
+                   "--pipeline-root", str(tmp_path / "root"), "--hypotheses", str(hypotheses)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert len(err) == 1 and err[0].startswith("nmt: error: ")
+    assert not hypotheses.exists() and not list(tmp_path.glob(".hypotheses-*"))
+    return err[0]
+
+
+def test_aligned_files_and_several_references(tmp_path):
+    source = write(tmp_path / "t.eng", b"Hello.\nI am here.\n")
+    first = write(tmp_path / "t.fra", "Bonjour.\nJe suis là.\n".encode())
+    second = write(tmp_path / "t2.fra", b"Salut.\r\nMe voici.")  # CRLF, no final newline
+    test_set = read_aligned(source, [first, second])
+    assert test_set.sources == ["Hello.", "I am here."]
+    assert test_set.references == [["Bonjour.", "Je suis là."], ["Salut.", "Me voici."]]
+    assert test_set.num_refs == 2
+
+
+def test_tatoeba_tsv_with_four_or_two_columns(tmp_path):
+    four = write(tmp_path / "t4.tsv", "eng\tfra\tHi.\tSalut.\neng\tfra_Latn\tGo.\tVa !\n".encode())
+    two = write(tmp_path / "t2.tsv", "Hi.\tSalut.\nGo.\tVa !\n".encode())
+    for path in (four, two):
+        test_set = read_tsv(path)
+        assert test_set.sources == ["Hi.", "Go."]
+        assert test_set.references == [["Salut.", "Va !"]]
+
+
+def test_line_counts_that_differ(capsys, tmp_path):
+    source = write(tmp_path / "t.eng", b"One.\nTwo.\nThree.\n")
+    reference = write(tmp_path / "t.fra", b"Un.\nDeux.\n")
+    message = evaluate_error(capsys, tmp_path, "--source", source, "--reference", reference)
+    assert f"{reference} has 2 lines and {source} has 3" in message
+    assert "first line past the shorter file: 3" in message
+
+
+@pytest.mark.parametrize("empty", [b"", b"\n\n  \n"], ids=["no bytes", "blank lines"])
+def test_an_empty_file(capsys, tmp_path, empty):
+    source = write(tmp_path / "t.eng", b"One.\n")
+    reference = write(tmp_path / "t.fra", empty)
+    assert evaluate_error(capsys, tmp_path, "--source", source, "--reference", reference) == \
+        f"nmt: error: {reference}: the file is empty."
+
+
+def test_invalid_utf8_names_the_line(capsys, tmp_path):
+    source = write(tmp_path / "t.eng", b"One.\nTwo \xe9t\xe9.\n")
+    reference = write(tmp_path / "t.fra", b"Un.\nDeux.\n")
+    message = evaluate_error(capsys, tmp_path, "--source", source, "--reference", reference)
+    assert message.startswith(f"nmt: error: {source}, line 2: not valid UTF-8")
+
+
+def test_an_empty_english_line(capsys, tmp_path):
+    source = write(tmp_path / "t.eng", b"One.\n\nThree.\n")
+    reference = write(tmp_path / "t.fra", b"Un.\nDeux.\nTrois.\n")
+    assert evaluate_error(capsys, tmp_path, "--source", source, "--reference", reference) == \
+        f"nmt: error: {source}, line 2: the English sentence is empty."
+
+
+@pytest.mark.parametrize("rows, line, what", [
+    ("eng\tfra\tHi.\tSalut.\neng\tfra\tGo.\n", 2, "3 tab-separated columns, where line 1 has 4"),
+    ("Hi.\tSalut.\tExtra\n", 1, "3 tab-separated columns; a test set has 4"),
+    ("Hi.\tSalut.\nGo.\n", 2, "1 tab-separated columns, where line 1 has 2"),
+    ("fra\teng\tSalut.\tHi.\n", 1, "the source language is 'fra'"),
+])
+def test_a_tsv_row_with_the_wrong_columns(capsys, tmp_path, rows, line, what):
+    path = write(tmp_path / "t.tsv", rows.encode())
+    message = evaluate_error(capsys, tmp_path, "--tsv", path)
+    assert message.startswith(f"nmt: error: {path}, line {line}: ") and what in message
+
+
+def test_source_and_tsv_together_is_a_usage_error(capsys, tmp_path):
+    path = write(tmp_path / "t.tsv", b"Hi.\tSalut.\n")
+    message = evaluate_error(capsys, tmp_path, "--tsv", path, "--source", path)
+    assert "--source FILE --reference FILE, or --tsv FILE" in message
+
+
+def test_a_file_that_cannot_be_read(tmp_path):
+    with pytest.raises(EvaluationSetError, match="missing.eng: cannot be read"):
+        read_aligned(str(tmp_path / "missing.eng"), [str(tmp_path / "missing.fra")])
+
+
+def test_normalization_joins_case_punctuation_and_spacing_not_words():
+    assert overlap.normalize("He's not in.") == overlap.normalize("  he’s NOT   in !")
+    assert overlap.normalize("Où est-il ?") == overlap.normalize("où est il")
+    assert overlap.normalize("He is not in.") != overlap.normalize("He's not in.")
+    assert overlap.normalize("Tom is tall.") != overlap.normalize("Tom was tall.")
+
+
+def test_overlap_counts_on_known_seen_lines():
+    training = ["I'm hungry.", "Where is the station?", "Tom is tall.", "Go."]
+    sources = ["Tom is tall.",  # exactly
+               "where is the station ?",  # after normalization
+               "I’m HUNGRY!",  # after normalization (typographic apostrophe)
+               "Tom is very tall.",  # unseen
+               "Go away."]  # unseen
+    found = overlap.find(sources, training)
+    assert found.exact == [True, False, False, False, False]
+    assert found.normalized == [True, True, True, False, False]
+    assert found.seen == found.normalized
+    assert found.training_sentences == 4
