@@ -13,7 +13,7 @@ anything else running costs a variant steps.
 Usage: python benchmarks/ablation.py --data ../shared/data/fra-eng/fra.txt \\
            --pipeline-root /work/runs/full (--minutes 10 | --steps 1442 [--step-cost NAME=RATIO]) \\
            [--variant NAME ...] [--beam NAME ...] \\
-           [--out benchmarks/results_ablation.json]
+           [--out benchmarks/results/results_ablation.json]
 Results are appended per variant as they finish, so a long run can be read (and resumed with
 --variant) part way.
 """
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--beam", action="append", choices=sorted(VARIANTS),
                         help="also score these with beam search (default: "
                         f"{', '.join(BEAM_VARIANTS)})")
-    parser.add_argument("--out", default="benchmarks/results_ablation.json")
+    parser.add_argument("--out", default="benchmarks/results/results_ablation.json")
     args = parser.parse_args()
     args.step_cost = {name: float(ratio) for name, _, ratio in
                       (item.partition("=") for item in args.step_cost)}

@@ -4,7 +4,7 @@ pipeline of the same shape and none of this project's code, at two corpus sizes,
 Usage:
   PYTHONPATH=. .venv/bin/python benchmarks/runner_memory.py --sizes 4,16 \
       --modes multi_processing,in_memory --data-root /work/scale_data \
-      --out benchmarks/results_runner_memory.json
+      --out benchmarks/results/results_runner_memory.json
 
 The plain pipeline reads the same corpus files with Beam's ReadFromText, groups the French
 references by English sentence (GroupByKey), joins each group into one line, reshuffles
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     scale.add_corpus_arguments(parser, sizes="4,16")
-    parser.add_argument("--out", default=os.path.join(scale.REPO, "benchmarks",
+    parser.add_argument("--out", default=os.path.join(scale.REPO, "benchmarks", "results",
                                                       "results_runner_memory.json"))
     parser.add_argument("--plain-corpus", help=argparse.SUPPRESS)  # the child process
     parser.add_argument("--plain-out", help=argparse.SUPPRESS)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from step_time import parse_variant
+from benchmarks.step_time import parse_variant
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SETTINGS = ["defaults=", "onednn=TF_ENABLE_ONEDNN_OPTS=1",

@@ -4,7 +4,7 @@ each component, per corpus size and Beam mode.
 Usage:
   PYTHONPATH=. .venv/bin/python benchmarks/scale.py --sizes 1,4,16 \
       --modes multi_processing,in_memory --data-root /work/scale_data \
-      --out benchmarks/results_scale.json [--components ...] [--lines N] [--gzip]
+      --out benchmarks/results/results_scale.json [--components ...] [--lines N] [--gzip]
 
 For each size K (a K x fra.txt corpus from benchmarks/make_corpus.py, DATA_ROOT/fra_xK,
 generated first if missing) and each Beam mode:
@@ -360,7 +360,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep-roots", action="store_true",
                         help="keep each size x mode's pipeline root (default: deleted once "
                              "measured; 16x ones take several GB)")
-    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results_scale.json"))
+    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results",
+                                                      "results_scale.json"))
     parser.add_argument("--overwrite", action="store_true",
                         help="start --out afresh instead of adding to its rows")
     args = parser.parse_args(argv)

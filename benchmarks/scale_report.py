@@ -1,7 +1,8 @@
 """Reads benchmarks/scale.py's JSON and prints the cost curves as markdown; draws them.
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/scale_report.py \
-           [--results benchmarks/results_scale.json] [--plot benchmarks/scale.png]
+           [--results benchmarks/results/results_scale.json]
+           [--plot benchmarks/results/scale.png]
 
 Prints, per component and Beam mode:
   * a table of seconds (the component's execution time from ML Metadata, "component_s")
@@ -214,9 +215,9 @@ def plot(series: dict[tuple, list[tuple[int, dict]]], path: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", default=os.path.join(REPO, "benchmarks",
+    parser.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results",
                                                           "results_scale.json"))
-    parser.add_argument("--plot", default=os.path.join(REPO, "benchmarks", "scale.png"),
+    parser.add_argument("--plot", default=os.path.join(REPO, "benchmarks", "results", "scale.png"),
                         help="PNG to write ('' for none)")
     args = parser.parse_args(argv)
     with open(args.results) as f:

@@ -14,7 +14,8 @@ average if the run kept one) and scored on the test split (greedy and, with --be
 search; sacreBLEU, all references):
 
     python benchmarks/time_curve.py --pipeline-root ROOT --minutes 15 30 60 120 \\
-        [--model-run ROOT/Trainer/model_run/N] [--beam] [--out benchmarks/results_time_curve.json]
+        [--model-run ROOT/Trainer/model_run/N] [--beam]
+        [--out benchmarks/results/results_time_curve.json]
 
 The history's `train_seconds` (wall seconds of training, validation included, summed over
 restarts) gives each checkpoint's time; runs from before it was recorded, or that shared the
@@ -121,7 +122,7 @@ def main() -> None:
                         help="time each checkpoint as step x this instead of the history's "
                              "train_seconds: for older runs, and runs that shared the CPU")
     parser.add_argument("--beam", action="store_true", help="also score beam search")
-    parser.add_argument("--out", default="benchmarks/results_time_curve.json")
+    parser.add_argument("--out", default="benchmarks/results/results_time_curve.json")
     args = parser.parse_args()
     model_run = args.model_run or latest(os.path.join(args.pipeline_root, "Trainer",
                                                       "model_run", "*"))

@@ -57,10 +57,14 @@ def _batches(items: list, size: int) -> Iterator[list]:
 
 
 def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None = None,
-              progress: Callable[[int], None] | None = None) -> list[str]:
+              progress: Callable[[int], None] | None = None,
+              batch_size: int = BATCH_SIZE, by_length: bool = True) -> list[str]:
     """Translates in batches; None (rejected input) gives an empty line, keeping alignment.
     `progress` is told how many sentences are done: 0 once the model is loaded, then after
-    each batch."""
+    each batch. `by_length` batches sentences of similar lengths together (the answers keep
+    the input's order): a batch decodes until its slowest sentence stops, so one long
+    sentence, or one caught repeating itself up to its length limit, holds back only
+    sentences of its own length."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  registers the ops of the Transform graph
 
@@ -68,11 +72,13 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
     signature = model.signatures["beam_search" if beam else "serving_default"]
     sentences = list(sentences)
     todo = [(i, s) for i, s in enumerate(sentences) if s is not None]
+    if by_length:
+        todo.sort(key=lambda item: len(item[1]))
     results = [""] * len(sentences)
     done = 0
     if progress:
         progress(done)
-    for batch in _batches(todo, BATCH_SIZE):
+    for batch in _batches(todo, batch_size):
         output = signature(tf.constant([s for _, s in batch]))
         if beam and int(output["beam_width"][0]) != beam:
             raise TranslateError(

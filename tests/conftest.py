@@ -30,7 +30,8 @@ EXTERNAL_TESTS = {"test_report_renders_in_headless_chromium",
 MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
                   "test_distributed": "distributed", "test_logs": "logs",
                   "test_budget": "training", "test_settings": "training",
-                  "test_training": "training", "test_imports": "layout"}
+                  "test_training": "training", "test_imports": "layout",
+                  "test_benchmarks_import": "layout"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
 SLOW_FIXTURES = {"overfit", "exported_translator"}
 # `make test` runs on two pytest-xdist workers, and each worker builds its own session- and

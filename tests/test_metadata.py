@@ -17,6 +17,7 @@ from typing import Any
 
 import ml_metadata as mlmd
 import pytest
+import sacrebleu
 import tensorflow_model_analysis as tfma
 from ml_metadata.proto import metadata_store_pb2
 from PIL import Image
@@ -78,7 +79,9 @@ def overall_scores(evaluation_uri: str) -> dict[str, float]:
     """Read with TFMA directly, to check what the commands report."""
     metrics = dict(tfma.load_eval_result(evaluation_uri).slicing_metrics)[()][""][""]
     return {"bleu": metrics["corpus_bleu"]["doubleValue"],
-            "chrf": metrics["corpus_chrf"]["doubleValue"]}
+            "chrf": metrics["corpus_chrf"]["doubleValue"],
+            "bleu_1ref": metrics["corpus_bleu_1ref"]["doubleValue"],
+            "chrf_1ref": metrics["corpus_chrf_1ref"]["doubleValue"]}
 
 
 def states(run: dict[str, Any]) -> dict[str, str]:
@@ -146,7 +149,8 @@ def test_artifacts_show_blessings_and_pushes(capsys, root, run_ids, smoke_run):
         (run_ids["rerun"], False, rerun_model, resumed_model),
         (run_ids["resumed"], True, resumed_model, None)]
     evaluated = blessings[1]["properties"]
-    assert {k: evaluated[k] for k in ("bleu", "chrf")} == overall_scores(smoke_run.evaluation_uri)
+    assert {k: evaluated[k] for k in ("bleu", "chrf", "bleu_1ref", "chrf_1ref")} == \
+        overall_scores(smoke_run.evaluation_uri)
 
     pushed = query(capsys, root, "artifacts", "--type", "PushedModel")
     version = smoke_run.pushed_version
@@ -228,12 +232,18 @@ def test_models_mark_the_serving_one(capsys, root, run_ids, smoke_run):
         "run": run_ids["rerun"], "train_steps": RERUN_TRAIN_STEPS,
         "trained_steps": RERUN_TRAIN_STEPS, "blessed": False,
         "baseline_model": resumed["model"], "pushed_version": None, "serving": False}
-    assert {k: resumed[k] for k in ("bleu", "chrf")} == overall_scores(smoke_run.evaluation_uri)
+    assert {k: resumed[k] for k in ("bleu", "chrf", "bleu_1ref", "chrf_1ref")} == \
+        overall_scores(smoke_run.evaluation_uri)
     assert rerun["chrf"] < resumed["chrf"]
 
     status, table, _ = nmt(capsys, "metadata", "models", "--pipeline-root", root)
     serving = [line for line in table.splitlines() if "<- serving" in line]
     assert status == 0 and len(serving) == 1
+    # Every BLEU names its references and signature: the title says which is which.
+    assert table.splitlines()[1].split()[4:8] == ["BLEU-1REF", "CHRF-1REF", "BLEU-ALL",
+                                                  "CHRF-ALL"]
+    assert f"(BLEU nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}" \
+           in table.splitlines()[0]
     assert serving[0].split()[:2] == [str(resumed["model"]), run_ids["resumed"]]
 
 

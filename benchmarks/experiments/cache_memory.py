@@ -4,7 +4,7 @@ Reads a pipeline root's transformed train split with `input_pipeline.read_pairs(
 twice (the second pass is served from the cache), and compares the process's RSS before and
 after: the number behind `input_pipeline.CACHE_BYTES_PER_FILE_BYTE`.
 
-    python benchmarks/cache_memory.py --pipeline-root nmt_runs --profile cpu
+    python benchmarks/experiments/cache_memory.py --pipeline-root nmt_runs --profile cpu
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ Per profile, after one untimed export, both variants export an untrained float32
 same graph as a trained one) in alternating order, `--rounds` times, each with fresh tracing;
 then each variant's export is loaded and translates one sentence in a fresh process.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/export_time.py --pipeline-root nmt_runs \\
-        --profiles smoke,cpu --rounds 3 --out benchmarks/results_export_time.json
+    PYTHONPATH=. .venv/bin/python benchmarks/experiments/export_time.py --pipeline-root nmt_runs \\
+        --profiles smoke,cpu --rounds 3 --out benchmarks/results/results_export_time.json
 """
 from __future__ import annotations
 

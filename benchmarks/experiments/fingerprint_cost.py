@@ -6,8 +6,8 @@ hit), and the executor's lookup of those digests (it hashes nothing when the dri
 them). Before the change, the executor hashed every byte a second time. Object stores
 (gs://) answer the store's checksum instead and read nothing: not measurable here.
 
-    python benchmarks/fingerprint_cost.py --fra-txt ../shared/data/fra-eng/fra.txt \
-        --out-dir /tmp/fingerprint --gigabytes 4 --json benchmarks/results_fingerprint.json
+    python benchmarks/experiments/fingerprint_cost.py --fra-txt ../shared/data/fra-eng/fra.txt \
+        --out-dir /tmp/fingerprint --gigabytes 4 --json benchmarks/results/results_fingerprint.json
 """
 from __future__ import annotations
 

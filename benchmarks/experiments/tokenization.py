@@ -2,8 +2,8 @@
 references through normalize -> tokenize -> WordPiece -> detokenize, pieces per sentence,
 vocabulary sizes and [UNK] rates. No model is trained.
 
-Usage: FRA_TXT=../shared/data/fra-eng/fra.txt python benchmarks/tokenization.py [--min-count 3] \
-    > benchmarks/results_tokenization.json   (progress on stderr)
+Usage: FRA_TXT=../shared/data/fra-eng/fra.txt python benchmarks/experiments/tokenization.py \
+    [--min-count 3] > benchmarks/results/results_tokenization.json   (progress on stderr)
 
 Per setting, the real preprocessing_fn runs in tf.Transform (Beam, in memory) on the train split
 (ExampleGen's own 80/10/10 hash split): it learns the vocabularies, and the resulting Transform

@@ -1,7 +1,8 @@
 """Word vs. WordPiece vocabularies side by side: coverage ([UNK] rates), sequence lengths and
 training throughput of the same profile on both Transform outputs, in one process.
 
-Usage: python benchmarks/tokenizers.py --word DIR --wordpiece DIR [--profile cpu] [--rounds 3]
+Usage: python benchmarks/experiments/tokenizers.py --word DIR --wordpiece DIR [--profile cpu]
+           [--rounds 3]
 DIR is a Transform execution's transform_graph directory (e.g. /work/runs/cpu/Transform/
 transform_graph/7); its transformed_examples sibling is read. Throughput alternates between
 the two in rounds, so machine noise hits both alike; pairs/s is the tokenizer-neutral number
@@ -16,8 +17,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from benchmarks.pipeline_outputs import profile_hparams
-from benchmarks.train_throughput import measure
-from benchmarks.unk_rate import transformed_examples_of, unk_rates
+from benchmarks.experiments.train_throughput import measure
+from benchmarks.experiments.unk_rate import transformed_examples_of, unk_rates
 from trainer_module.input_pipeline import make_dataset
 from trainer_module.task import build_keras_model
 

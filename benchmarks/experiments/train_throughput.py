@@ -3,8 +3,8 @@
 Same model (a profile), same data (Transform's output of a pipeline run), same process, the two
 input pipelines one after the other; reports real (non-PAD) target tokens per second.
 
-Usage: python benchmarks/train_throughput.py --pipeline-root /work/runs/cpu [--profile cpu]
-           [--steps 40] [--warmup-steps 5]
+Usage: python benchmarks/experiments/train_throughput.py --pipeline-root /work/runs/cpu
+           [--profile cpu] [--steps 40] [--warmup-steps 5]
 """
 from __future__ import annotations
 

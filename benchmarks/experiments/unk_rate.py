@@ -1,6 +1,6 @@
 """[UNK] rate of Transform's vocabularies on a split: how much the vocabulary loses.
 
-Usage: python benchmarks/unk_rate.py --pipeline-root /work/runs/cpu [--split eval]
+Usage: python benchmarks/experiments/unk_rate.py --pipeline-root /work/runs/cpu [--split eval]
 (the newest Transform run under the root).
 """
 from __future__ import annotations

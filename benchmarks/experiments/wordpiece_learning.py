@@ -6,9 +6,9 @@ The words are counted as Transform counts them (`preprocessing.tokenize`; Englis
 distinct sentence, French once per reference), over the whole file rather than the train split.
 Per language the two learners run in alternating order, `--rounds` times.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/wordpiece_learning.py \\
+    PYTHONPATH=. .venv/bin/python benchmarks/experiments/wordpiece_learning.py \\
         --data ../shared/data/fra-eng/fra.txt --rounds 1 \\
-        --out benchmarks/results_wordpiece_learning.json
+        --out benchmarks/results/results_wordpiece_learning.json
 """
 from __future__ import annotations
 

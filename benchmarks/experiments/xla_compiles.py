@@ -9,7 +9,7 @@ compiles one program per distinct input shape, so the distinct batch shapes of t
 `--steps` batches are what a run of that many steps compiles; `--train-steps` of them are really
 trained (all of them by default) to show the log agrees.
 
-Usage: python benchmarks/xla_compiles.py --pipeline-root /work/runs/full [--steps 200]
+Usage: python benchmarks/experiments/xla_compiles.py --pipeline-root /work/runs/full [--steps 200]
            [--train-steps N]
 """
 from __future__ import annotations
