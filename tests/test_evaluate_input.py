@@ -119,3 +119,24 @@ def test_overlap_counts_on_known_seen_lines():
     assert found.normalized == [True, True, True, False, False]
     assert found.seen == found.normalized
     assert found.training_sentences == 4
+
+
+def test_progress_gives_rate_and_eta_from_the_first_translated_batch(caplog):
+    """A stand-in clock: the model loads in 30 s (not counted), then 64 sentences take 2 s."""
+    import io
+    import logging
+
+    from pipeline.evaluate import PROGRESS_EVERY_S, Progress
+
+    now = [0.0]
+    progress = Progress(640, stream=io.StringIO(), clock=lambda: now[0])
+    now[0] = 30.0
+    progress(0)  # the model is loaded
+    with caplog.at_level(logging.INFO, logger="pipeline.evaluate"):
+        now[0] += PROGRESS_EVERY_S + 2.0
+        progress(64)
+        now[0] += 1.0
+        progress(128)  # within PROGRESS_EVERY_S of the last line: not shown
+    assert [r.getMessage() for r in caplog.records] == [
+        "Translated 64 of 640 sentences (10%), 5.3 sentences/s, ETA 1m48s"]
+    assert progress.seconds == PROGRESS_EVERY_S + 3.0
