@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cli.main import main
+from cli import errors
+from cli.main import build_parser
 from pipeline import overlap
 from pipeline.evaluation_set import EvaluationSetError, read_aligned, read_tsv
 
@@ -19,8 +20,10 @@ def evaluate_error(capsys, tmp_path, *args: str) -> str:
     """`nmt evaluate ARGS` (with a model directory that does not exist, so any success would
     fail later): the one error line; and no hypotheses file."""
     hypotheses = tmp_path / "hyps.txt"
-    status = main(["evaluate", *args, "--model", str(tmp_path / "no-model"),
-                   "--pipeline-root", str(tmp_path / "root"), "--hypotheses", str(hypotheses)])
+    # The command's handler as `nmt` runs it, without `main`'s process-wide log set-up.
+    status = errors.run_handler(build_parser().parse_args([
+        "evaluate", *args, "--model", str(tmp_path / "no-model"),
+        "--pipeline-root", str(tmp_path / "root"), "--hypotheses", str(hypotheses)]))
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2
     assert len(err) == 1 and err[0].startswith("nmt: error: ")
