@@ -41,11 +41,12 @@ def test_files(smoke_run, unseen_lines, tmp_path_factory):
 
 
 def sacrebleu_cli(reference: str, hypotheses: str) -> tuple[float, float]:
-    """BLEU and chrF as sacreBLEU's own command line prints them (-b: the scores only)."""
+    """BLEU and chrF as sacreBLEU's own command line prints them (-b: the scores only, as a
+    JSON list for two metrics; -w 4: four decimals)."""
     result = subprocess.run([sys.executable, "-m", "sacrebleu", reference, "-i", hypotheses,
-                             "-m", "bleu", "chrf", "-b"], capture_output=True, text=True,
-                            check=True)
-    bleu, chrf = result.stdout.split()
+                             "-m", "bleu", "chrf", "-b", "-w", "4"], capture_output=True,
+                            text=True, check=True)
+    bleu, chrf = json.loads(result.stdout)
     return float(bleu), float(chrf)
 
 
