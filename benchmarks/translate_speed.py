@@ -17,6 +17,7 @@ import platform
 import time
 
 import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the ops of the Transform graph
 
 from pipeline import translate
 
