@@ -71,7 +71,7 @@ def test_bleu_and_chrf_equal_sacrebleus_command_line(evaluated, test_files):
     assert every["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|")
     assert every["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|")
     assert every["lines"] == DEV_LINES + 5
-    assert every["chrf"] > 5  # the smoke model learned something: not 0 == 0
+    assert every["chrf"] > 1  # the smoke model learned a little: not 0 == 0
 
 
 def test_the_default_model_is_the_newest_pushed_version(evaluated, smoke_run):
