@@ -75,6 +75,7 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
     if by_length:
         todo.sort(key=lambda item: len(item[1]))
     results = [""] * len(sentences)
+    truncated: list[tuple[int, int, int]] = []  # (sentence number, its tokens, the limit)
     done = 0
     if progress:
         progress(done)
@@ -89,13 +90,27 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
                 batch, output["translation"].numpy(), output["source_tokens"].numpy(),
                 output["max_source_tokens"].numpy()):
             if tokens > limit:
-                _LOG.warning("Sentence %d has %d tokens: only the first %d were translated.",
-                             index + 1, tokens, limit)
+                truncated.append((index + 1, int(tokens), int(limit)))
             results[index] = text.decode("utf-8")
         done += len(batch)
         if progress:
             progress(done)
+    _warn_truncated(sorted(truncated))
     return results
+
+
+def _warn_truncated(truncated: list[tuple[int, int, int]], most: int = 3) -> None:
+    """A warning per sentence cut to the model's length, or one for them all when many are."""
+    if len(truncated) <= most:
+        for number, tokens, limit in truncated:
+            _LOG.warning("Sentence %d has %d tokens: only the first %d were translated.",
+                         number, tokens, limit)
+        return
+    numbers = ", ".join(str(number) for number, _, _ in truncated[:10])
+    limit = truncated[0][2]
+    _LOG.warning("%d sentences have more than the model's %d tokens: only their first %d were "
+                 "translated (sentences %s%s).", len(truncated), limit, limit, numbers,
+                 ", ..." if len(truncated) > 10 else "")
 
 
 def read_stdin_lines() -> list[str | None]:
