@@ -17,14 +17,14 @@ import os
 import re
 
 import numpy as np
-import sacrebleu
 
 from benchmarks.pipeline_outputs import latest
-from benchmarks.quality import bucket_of
+from benchmarks.quality import bucket_of, score
 from components.fra_example_gen.executor import read_split
+from components.tfma_metrics import CorpusStatistics
 from pipeline import config as config_lib
 from pipeline import translate
-from pipeline.evaluate import Progress, score
+from pipeline.evaluate import Progress
 from pipeline.overlap import normalize
 
 BOOTSTRAP_SAMPLES = 1000
@@ -45,17 +45,19 @@ def near_copy_key(sentence: str) -> str:
     return normalize(text).replace("cannot", "can not")
 
 
+_BLEU = CorpusStatistics("bleu", {})  # the Evaluator's: sacreBLEU's defaults
+
+
 def bleu_statistics(hypotheses: list[str], references: list[list[str]]) -> np.ndarray:
     """sacreBLEU's per-sentence sufficient statistics (one row per sentence), so corpus BLEU
     of any weighting or resample is exact: the statistics summed, then scored once."""
-    metric = sacrebleu.BLEU()
-    return np.array([metric._extract_corpus_statistics([h], [[r] for r in refs])[0]  # noqa
-                     for h, refs in zip(hypotheses, references)], dtype=np.float64)
+    return np.array([_BLEU.segment(h, refs) for h, refs in zip(hypotheses, references)],
+                    dtype=np.float64)
 
 
 def bleu_of(statistics: np.ndarray, weights: np.ndarray | None = None) -> float:
     totals = statistics.sum(axis=0) if weights is None else weights @ statistics
-    return sacrebleu.BLEU()._compute_score_from_stats(list(totals)).score  # noqa
+    return _BLEU.score(list(totals))
 
 
 def bootstrap_std(statistics: np.ndarray, seed: int = 0) -> float:
@@ -98,13 +100,11 @@ def measure(pipeline_root: str, dev_source: str, model_dir: str) -> dict:
     trained = {near_copy_key(e) for e, _ in read_split(examples, "train")}
     copies = np.array([near_copy_key(e) in trained for e in english])
     dev = bleu_statistics(dev_hypotheses, [[r] for r in dev_french])
-    most = max(len(r) for r in references)
-    streams = [[r[i] if i < len(r) else None for r in references] for i in range(most)]
     return {
         "model": model_dir, "eval_sentences": len(english), "dev_sentences": len(dev_english),
         "references_per_eval_sentence": sum(map(len, references)) / len(references),
         "rows": {
-            "eval, all references": score(hypotheses, streams)["bleu"],
+            "eval, all references": score(hypotheses, references)["bleu"],
             "eval, first reference": bleu_of(single),
             "eval, first reference, reweighted to the dev set's lengths": bleu_of(
                 single, weights),
@@ -122,7 +122,7 @@ def measure(pipeline_root: str, dev_source: str, model_dir: str) -> dict:
             bucket: {"sentences": int(sum(b == bucket for b in map(bucket_of, dev_english))),
                      "bleu": bleu_of(dev[[bucket_of(e) == bucket for e in dev_english]])}
             for bucket in sorted(set(map(bucket_of, dev_english)))},
-        "signature": score(dev_hypotheses, [dev_french])["bleu_signature"],
+        "signature": score(dev_hypotheses, [[r] for r in dev_french])["bleu_signature"],
     }
 
 

@@ -15,9 +15,6 @@ import json
 import os
 import time
 
-import tensorflow as tf
-import tensorflow_text  # noqa: F401  (the Transform graph's NFKC op)
-
 from benchmarks.pipeline_outputs import latest
 from components.fra_example_gen.executor import read_split
 from pipeline import evaluate as evaluate_lib
@@ -41,10 +38,8 @@ def score(hypotheses: list[str], references: list[list[str]]) -> dict:
 def translate(model_dir: str, sentences: list[str], batch_size: int,
               signature_name: str = "serving_default") -> list[str]:
     """Through the serving signatures, as `nmt translate` and `nmt evaluate` decode."""
-    beam = None
-    if signature_name == "beam_search":  # the width the model was exported with
-        beam = int(tf.saved_model.load(model_dir).signatures[signature_name](
-            tf.constant(["."]))["beam_width"][0])
+    beam = translate_lib.exported_beam_width(model_dir) if signature_name == "beam_search" \
+        else None
     return translate_lib.translate(sentences, model_dir, beam, batch_size=batch_size)
 
 

@@ -16,21 +16,13 @@ import os
 import platform
 import time
 
-import tensorflow as tf
-import tensorflow_text  # noqa: F401  registers the ops of the Transform graph
-
 from pipeline import translate
 
 LONG_OUTPUT_WORDS = 30
 
 
-def exported_beam_width(model_dir: str) -> int:
-    signature = tf.saved_model.load(model_dir).signatures["beam_search"]
-    return int(signature(tf.constant(["Hello."]))["beam_width"][0])
-
-
 def measure(model_dir: str, sentences: list[str], rounds: int) -> dict:
-    width = exported_beam_width(model_dir)
+    width = translate.exported_beam_width(model_dir)
     variants = {"greedy, by length": (None, True), "greedy, input order": (None, False),
                 f"beam {width}, by length": (width, True),
                 f"beam {width}, input order": (width, False)}

@@ -34,6 +34,15 @@ def resolve_model_dir(path: str) -> str:
     return os.path.join(path, str(versions[-1]))
 
 
+def exported_beam_width(model_dir: str) -> int:
+    """The width the model's beam_search signature was exported with."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  registers the ops of the Transform graph
+
+    signature = tf.saved_model.load(model_dir).signatures["beam_search"]
+    return int(signature(tf.constant(["Hello."]))["beam_width"][0])
+
+
 def clean_line(raw: bytes, number: int) -> str | None:
     """Decodes one input line; returns None (with a warning) for input we cannot translate."""
     try:
