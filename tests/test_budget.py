@@ -129,6 +129,37 @@ def test_a_resumed_run_counts_the_time_already_spent(tmp_path, monkeypatch):
         assert [(e["step"], e["train_seconds"]) for e in json.load(f)][-1] == (82, 100.0)
 
 
+def test_the_exported_weights_average_the_last_fraction_of_the_budgeted_steps(monkeypatch):
+    """100 s at 1 s per step after a 10 s first step: 91 steps. With average_fraction 0.3 the
+    budget fixes step 91 before the last 27 steps begin, and the weights exported are the mean
+    of those 27 steps' weights (a 0.2 cooldown alone would have been fixed later)."""
+    clock, tick = _stand_in_clock(monkeypatch, first_step=10.0, per_step=1.0)
+    time_budget = budget.TimeBudget(100.0, started=0.0, cooldown_fraction=0.2,
+                                    average_fraction=0.3)
+    final_step = tf.Variable(0, dtype=tf.int64)
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    average = callbacks.WeightAverage(model.trainable_variables, final_step, 0.3)
+    seen, decided_at = {}, []
+
+    def record(*_):
+        step = int(model.optimizer.iterations.numpy())
+        seen[step] = [w.numpy().copy() for w in model.trainable_variables]
+        if int(final_step.numpy()) and not decided_at:
+            decided_at.append(step)
+
+    data = tf.data.Dataset.from_tensors((np.ones([4, 2]), np.full([4, 1], 3.0))).repeat()
+    model.fit(data, epochs=1000, steps_per_epoch=20, verbose=0, callbacks=[
+        tick, callbacks.StopTraining(final_step, time_budget), average,
+        keras.callbacks.LambdaCallback(on_train_batch_end=record)])
+    assert int(final_step.numpy()) == 91 and decided_at[0] <= 91 - 27
+    assert average.apply() == 27
+    for i, weight in enumerate(model.trainable_variables):
+        np.testing.assert_allclose(weight.numpy(), np.mean([seen[s][i] for s in range(65, 92)],
+                                                           axis=0), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(seen[91][0], model.trainable_variables[0].numpy())
+
+
 def test_the_decided_step_is_never_inside_a_cooldown_already_begun():
     """A budget already used up (a resumed run with nothing left) still ends with a whole
     cooldown: the final step is the first whose cooldown starts after the current one."""

@@ -128,14 +128,16 @@ def make_plan(hparams: HParams, probe: Callable[[HParams], float],
 class TimeBudget:
     """Decides the final step: the one at which training has used `seconds`, at the step rate
     measured so far (after the first step, which traces), fixed just before the cooldown of that
-    many steps would begin. Time before `started` counts as `spent_before` (a resumed run).
-    `observe` records the steps as they end (StopTraining calls it); `estimate` and `decide`
-    only read what was observed."""
+    many steps, or the weight average over its last `average_fraction`, would begin. Time before
+    `started` counts as `spent_before` (a resumed run). `observe` records the steps as they end
+    (StopTraining calls it); `estimate` and `decide` only read what was observed."""
 
     def __init__(self, seconds: float, started: float, spent_before: float = 0.0,
-                 cooldown_fraction: float = 0.0) -> None:
+                 cooldown_fraction: float = 0.0, average_fraction: float = 0.0) -> None:
         self.seconds, self.started, self.spent_before = seconds, started, spent_before
         self.cooldown_fraction = cooldown_fraction
+        # The steps whose learning rate or averaging depends on the final step.
+        self._tail_fraction = max(cooldown_fraction, average_fraction)
         self._rate_start: tuple[int, float] | None = None
 
     def elapsed(self, now: float) -> float:
@@ -166,9 +168,8 @@ class TimeBudget:
         if estimate is None and not used_up:
             return 0
         final = max(estimate or step, step)
-        if not used_up and step + every < final - cooldown_steps(
-                self.cooldown_fraction, final):
+        if not used_up and step + every < final - cooldown_steps(self._tail_fraction, final):
             return 0
-        while final - cooldown_steps(self.cooldown_fraction, final) < step:
-            final += 1  # the rates so far had no cooldown: it must start after this step
+        while final - cooldown_steps(self._tail_fraction, final) < step:
+            final += 1  # the steps so far had no cooldown or average: it must start after this
         return final

@@ -179,3 +179,49 @@ class StopTraining(keras.callbacks.Callback):
                           if cooldown else "")
         if final and step >= final:
             self.model.stop_training = True
+
+
+class WeightAverage(keras.callbacks.Callback):
+    """The uniform average of the trainable weights over the last `fraction` of the steps up to
+    `final_step` (a variable: a time budget fixes it while training runs, before the averaged
+    steps begin; budget.TimeBudget). `variables` go into the checkpoint, so a resumed run goes
+    on with its average; `apply` puts the average into the model, for the export.
+
+    Create it inside the strategy's scope: its variables are mirrored as the model's are.
+    """
+
+    def __init__(self, weights: list[tf.Variable], final_step: tf.Variable,
+                 fraction: float) -> None:
+        super().__init__()
+        self.final_step, self.fraction = final_step, fraction
+        self._weights = list(weights)
+        self.averaged = [tf.Variable(tf.zeros(w.shape, w.dtype), trainable=False,
+                                     name=f"average_{i}") for i, w in enumerate(self._weights)]
+        self.count = tf.Variable(0, trainable=False, dtype=tf.int64, name="averaged_steps")
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        return {"averaged": self.averaged, "count": self.count}
+
+    @tf.function
+    def _add_weights(self) -> None:
+        self.count.assign_add(1)
+        share = 1.0 / tf.cast(self.count, tf.float32)
+        for average, weight in zip(self.averaged, self._weights):
+            average.assign_add((tf.convert_to_tensor(weight) - average) * share)
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        final = int(self.final_step.numpy())
+        step = int(self.model.optimizer.iterations.numpy())
+        if final and step > final - cooldown_steps(self.fraction, final):
+            self._add_weights()
+
+    def apply(self) -> int:
+        """Sets the weights to their average; the number of steps averaged (0: none, and the
+        weights stay as they are)."""
+        steps = int(self.count.numpy())
+        if steps:
+            for weight, average in zip(self._weights, self.averaged):
+                weight.assign(average)
+        return steps
+

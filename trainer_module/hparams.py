@@ -45,6 +45,10 @@ class HParams:
     # >0: the optimizer keeps an exponential moving average of the weights (Keras' use_ema),
     # and that average, not the last noisy weights, is what gets exported.
     ema_momentum: float = 0.0
+    # >0: the uniform average of the weights over this last fraction of the training steps is
+    # exported instead of the last weights (the anchor averaged its last quarter; unlike the
+    # moving average above, it holds no trace of the random initial weights in a short run).
+    average_fraction: float = 0.0
 
     # Training loop and data.
     # Per replica (GPU or CPU worker): sentences x padded length of the longer side. N replicas
@@ -112,6 +116,11 @@ class HParams:
             raise ValueError(f"cooldown_fraction must be in [0, 1], got {self.cooldown_fraction}")
         if not 0.0 <= self.ema_momentum < 1.0:
             raise ValueError(f"ema_momentum must be in [0, 1), got {self.ema_momentum}")
+        if not 0.0 <= self.average_fraction <= 1.0:
+            raise ValueError(f"average_fraction must be in [0, 1], got {self.average_fraction}")
+        if self.average_fraction and self.ema_momentum:
+            raise ValueError("average_fraction and ema_momentum are two ways to average the "
+                             "weights; set one of them")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
                              f"got {self.precision!r}")

@@ -124,8 +124,13 @@ def run_fn(fn_args: FnArgs) -> None:
         final_step = tf.Variable(0 if hparams.train_minutes else hparams.train_steps,
                                  trainable=False, dtype=tf.int64, name="final_step")
         model = build_keras_model(hparams, final_step)
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
-                                         final_step=final_step)
+        # The uniform average of the last weights, if asked for (checkpointed with them).
+        average = callbacks.WeightAverage(model.trainable_variables, final_step,
+                                          hparams.average_fraction) \
+            if hparams.average_fraction else None
+        checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=model.optimizer, final_step=final_step,
+            **({"weight_average": tf.train.Checkpoint(**average.variables)} if average else {}))
         latest = tf.train.latest_checkpoint(checkpoint_dir)
         if latest:
             checkpoint.restore(latest)
@@ -141,12 +146,13 @@ def run_fn(fn_args: FnArgs) -> None:
     step = int(model.optimizer.iterations.numpy())
     time_budget = budget.TimeBudget(
         hparams.train_minutes * 60, started, callbacks.seconds_trained(history_path, step),
-        hparams.cooldown_fraction) if hparams.train_minutes else None
+        hparams.cooldown_fraction, hparams.average_fraction) if hparams.train_minutes else None
     if not int(final_step.numpy()) or step < int(final_step.numpy()):
         feedback = [callbacks.ProgressLogger(final_step, budget=time_budget),
                     callbacks.CheckpointAndHistory(manager, history_path, keep=chief,
                                                    started=started),
-                    callbacks.StopTraining(final_step, time_budget, strategy)]
+                    callbacks.StopTraining(final_step, time_budget, strategy),
+                    *([average] if average else [])]
         if chief:
             feedback.append(keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50))
         # Under a budget the epochs are counted to a step no budget reaches; StopTraining ends it.
@@ -170,6 +176,9 @@ def run_fn(fn_args: FnArgs) -> None:
     # The moving average of the weights, if kept (fit does this too, but not when a re-run
     # finds training already complete).
     model.optimizer.finalize_variable_values(model.trainable_variables)
+    if average:
+        _LOG.info("Exporting the average of the weights over the last %d training steps.",
+                  average.apply())
     export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
                              fn_args.serving_model_dir)
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
