@@ -20,6 +20,7 @@ setup(
         "apache-beam[gcp]",
         "kfp>=2.5",  # 2.5.0 is what the TFX 1.16 image (docker/constraints-py310.txt) has
         "sacrebleu",
+        "sentencepiece",  # Transform's SentencePiece learner (serving needs only tf-text's op)
         "matplotlib",
     ],
     extras_require={"test": ["pytest", "pytest-xdist"]},

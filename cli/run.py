@@ -33,8 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
     add_training_flags(run)
     run.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, choices=TOKENIZERS,
-                     help="wordpiece: subwords learned by Transform (default); word: whole "
-                          "words, rare ones become [UNK] (the seeds')")
+                     help="wordpiece: subwords learned by Transform (default); "
+                          "sentencepiece: a unigram-LM subword model learned by Transform; "
+                          "word: whole words, rare ones become [UNK] (the seeds')")
     run.add_argument("--vocab-size", type=int, default=config_lib.PipelineConfig.vocab_size,
                      help="pieces (or words) per language learned by Transform")
     defaults = config_lib.PipelineConfig

@@ -29,6 +29,7 @@ MODULES = (
     "tensorflow_text",
     "trainer_module.task",  # run_fn
     "transform_module.preprocessing",  # preprocessing_fn
+    "sentencepiece",  # its SentencePiece learner, imported when that tokenizer runs
     "components.tfma_metrics",  # the Evaluator's metrics
     "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
     "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver",

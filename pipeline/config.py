@@ -53,7 +53,7 @@ class PipelineConfig:
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
     max_references: int = parser.DEFAULT_MAX_REFERENCES  # French per English sentence
     profile: str = "cpu"  # hyperparameters by name: trainer_module.hparams.PROFILES
-    tokenizer: str = DEFAULT_TOKENIZER  # "wordpiece" (subwords) or "word" (the seeds')
+    tokenizer: str = DEFAULT_TOKENIZER  # "wordpiece", "sentencepiece" (subwords) or "word"
     vocab_size: int = DEFAULT_VOCAB_SIZE  # pieces (or words) per language
     vocab_frequency_threshold: int = DEFAULT_FREQUENCY_THRESHOLD  # word tokenizer only
     whole_numbers: bool = DEFAULT_WHOLE_NUMBERS  # 3,50 / 5:30 stay one word (else "3, 50")

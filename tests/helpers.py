@@ -20,6 +20,48 @@ SMOKE_TRAIN_STEPS = 200
 DATA_HALF = ("--to", "StrictExampleValidator")
 
 
+# The non-core ops a SavedModel may use: tensorflow-text ops that TF Serving 2.12 links in.
+# tensorflow/serving 2.12.0, tensorflow_serving/model_servers/BUILD: SUPPORTED_TENSORFLOW_OPS
+# includes "@org_tensorflow_text//tensorflow_text:ops_lib", and tensorflow_serving/workspace.bzl
+# pins org_tensorflow_text to tensorflow/text v2.12.1, whose tensorflow_text/BUILD `ops_lib`
+# depends on the libraries registering each op below (REGISTER_OP in the file named).
+TF_SERVING_2_12_TEXT_OPS = {
+    "NormalizeUTF8": ":normalize_ops_cc, tensorflow_text/core/ops/normalize_ops.cc",
+    "WordpieceTokenizeWithOffsets": ":wordpiece_tokenizer_cc, "
+                                    "tensorflow_text/core/ops/wordpiece_op.cc",
+    "SentencepieceOp": ":sentencepiece_tokenizer_cc, "
+                       "tensorflow_text/core/ops/sentencepiece_ops.cc",
+    "SentencepieceTokenizeOp": ":sentencepiece_tokenizer_cc, "
+                               "tensorflow_text/core/ops/sentencepiece_ops.cc",
+}
+
+
+def ops_core_tensorflow_lacks(saved_model_pb: str) -> list[str]:
+    """Every op of a saved_model.pb (graph and all functions), read in a fresh process that
+    never imports tensorflow_text: those core TensorFlow does not know, sorted."""
+    script = (
+        "import json, sys, tensorflow as tf\n"
+        "from tensorflow.core.protobuf import saved_model_pb2\n"
+        "from tensorflow.python.framework import op_def_registry\n"
+        "saved = saved_model_pb2.SavedModel.FromString(open(sys.argv[1], 'rb').read())\n"
+        "ops, functions = set(), set()\n"
+        "for graph in saved.meta_graphs:\n"
+        "    ops |= {node.op for node in graph.graph_def.node}\n"
+        "    for function in graph.graph_def.library.function:\n"
+        "        functions.add(function.signature.name)\n"
+        "        ops |= {node.op for node in function.node_def}\n"
+        "print(json.dumps({'ops': len(ops), 'text_loaded': 'tensorflow_text' in sys.modules,\n"
+        "                  'unknown': sorted(o for o in ops - functions\n"
+        "                                    if op_def_registry.get(o) is None)}))\n")
+    result = subprocess.run([sys.executable, "-c", script, saved_model_pb],
+                            capture_output=True, text=True, cwd="/", timeout=300,
+                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["text_loaded"] is False and found["ops"] > 20
+    return found["unknown"]
+
+
 def send_json(handler, status: int, payload) -> None:
     """A fake HTTP server's JSON answer (BaseHTTPRequestHandler), as the real APIs send it."""
     data = json.dumps(payload).encode()

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module import budget, callbacks, devices, hparams as hparams_lib, optimization, task
-from trainer_module.hparams import LONG_RUN_RECIPE, LONG_RUN_STEPS, get_profile
+from trainer_module.hparams import MODEL_SIZES, get_profile
 
 
 def _stand_in_clock(monkeypatch, first_step: float, per_step: float) -> tuple:
@@ -185,31 +185,82 @@ def test_estimating_records_nothing_observing_does():
     assert time_budget.estimate(5, now=14.0) == 5 + 86  # the same answer when asked again
 
 
-@pytest.mark.parametrize("seconds_per_step, minutes, long_run", [
-    (0.58, 30, False), (0.58, 60, False), (0.58, 120, True), (0.31, 30, False),
-    (0.275, 60, True)])
-def test_the_recipe_follows_the_steps_the_budget_buys(caplog, seconds_per_step, minutes,
-                                                      long_run):
-    """The profile's 2+2 recipe below LONG_RUN_STEPS steps, the long-run recipe beyond; one log
-    sentence says which and why. The probe is a stand-in with a fixed step time."""
+def _stand_in_probe(small: float, deeper: float, base: float, probed: list):
+    """Seconds per step by model size, as a device would measure them; records each probe."""
+    def probe(h: hparams_lib.HParams) -> float:
+        probed.append(h)
+        return {(2, 256): small, (3, 256): deeper, (6, 512): base}[(h.num_layers, h.d_model)]
+    return probe
+
+
+DEEPER, BASE = (size.fields for size in MODEL_SIZES[1:])
+
+
+@pytest.mark.parametrize("small, minutes, timed, chosen", [
+    (0.79, 30, 1, {}),  # AVX2 EPYC: 2,278 steps, too few for deeper to be worth timing
+    (0.275, 30, 2, {}),  # AVX-512 EPYC: deeper timed, 4,483 of its steps < 4,800
+    (0.275, 60, 2, DEEPER),  # the same in an hour: deeper 8,966 steps, < base's 9,000
+    (0.275, 120, 3, DEEPER),  # cpu_2h there: deeper 17,933 steps, base timed: 2,618
+])
+def test_a_cpu_budget_buys_the_largest_size_it_affords(caplog, small, minutes, timed, chosen):
+    """Sizes are timed upward (a deeper step is 1.46x a small one, a base step 10x on a CPU)
+    while the last could afford the next; one log sentence says which size and why."""
     hparams = dataclasses.replace(get_profile("cpu"), train_minutes=minutes, precision="float32")
     probed: list[hparams_lib.HParams] = []
     with caplog.at_level(logging.INFO, logger="trainer_module.budget"):
-        plan = budget.make_plan(hparams, lambda h: probed.append(h) or seconds_per_step,
-                                tf.distribute.get_strategy(), lambda: minutes * 60.0)
-    assert len(probed) == 1 and probed[0].num_layers == 2  # the profile's own model
-    expected = int(minutes * 60 / seconds_per_step)
-    assert (expected >= LONG_RUN_STEPS) is long_run
-    assert plan.recipe == (LONG_RUN_RECIPE if long_run else {})
-    assert plan.precision == "float32"
-    [sentence] = [r.getMessage() for r in caplog.records if "Training recipe" in r.getMessage()]
-    assert f"about {expected:,} steps" in sentence
-    assert ("3+3 layers, dropout 0.1, peak learning rate 1.4e-03" if long_run else
-            "2+2 layers, dropout 0, peak learning rate 2.8e-03") in sentence
+        plan = budget.make_plan(hparams, _stand_in_probe(small, small * 1.46, small * 10, probed),
+                                tf.distribute.get_strategy(), lambda: minutes * 60.0, gpus=0)
+    assert len(probed) == timed and plan.recipe == chosen and plan.precision == "float32"
+    [sentence] = [r.getMessage() for r in caplog.records if "Model size" in r.getMessage()]
+    name, seconds = ("deeper", small * 1.46) if chosen else ("small", small)
+    assert sentence.startswith(f"Model size: {name} (")
+    assert f"about {int(minutes * 60 / seconds):,} of its steps" in sentence
+    assert ("3+3 layers, d_model 256, dropout 0.1, peak learning rate 1.4e-03" if chosen else
+            "2+2 layers, d_model 256, dropout 0, peak learning rate 2.8e-03") in sentence
+    assert ("was not timed" in sentence) is (timed == (2 if chosen else 1))  # next size
+    assert "overrides" not in sentence
+
+
+def test_a_gpu_budget_trains_the_base_model_in_mixed_precision_with_xla(caplog):
+    """On a stand-in GPU (sizes 0.02, 0.03 and 0.08 s per step) 30 minutes buy 22,500 base
+    steps: the base model, mixed_float16 without a precision probe, and XLA kept."""
+    probed: list[hparams_lib.HParams] = []
+    hparams = dataclasses.replace(get_profile("cpu"), train_minutes=30.0)
+    with caplog.at_level(logging.INFO, logger="trainer_module.budget"):
+        plan = budget.make_plan(hparams, _stand_in_probe(0.02, 0.03, 0.08, probed),
+                                tf.distribute.get_strategy(), lambda: 1800.0, gpus=1)
+    assert [h.num_layers for h in probed] == [2, 3, 6]
+    assert plan.precision == "mixed_float16" and plan.recipe == BASE
+    trained = devices.fit_to_devices(plan.apply(hparams, {}), gpus=1)
+    assert (trained.num_layers, trained.d_model, trained.batch_tokens, trained.use_xla) == (
+        6, 512, 8192, True)
+    assert "Training precision: mixed_float16 (auto: 1 GPU(s))" in caplog.text
+    assert ("Model size: base (6+6 layers, d_model 512, dropout 0.3, peak learning rate "
+            "1.0e-03). The 30-minute budget buys about 22,500 of its steps here (0.08 s per "
+            "step), at least the 9,000 it needs") in caplog.text
+
+
+def test_the_size_sentence_says_when_hparam_overrides_the_choice(caplog):
+    """--hparam num_layers=3 on the AVX2 CPU: small is chosen and timed with 3 layers, and the
+    sentence says what trains instead of the size's own 2+2."""
+    probed: list[hparams_lib.HParams] = []
+    overrides = {"num_layers": 3}
+    hparams = dataclasses.replace(get_profile("cpu"), train_minutes=30.0, precision="float32")
+    with caplog.at_level(logging.INFO, logger="trainer_module.budget"):
+        plan = budget.make_plan(hparams, lambda h: probed.append(h) or 1.15,
+                                tf.distribute.get_strategy(), lambda: 1800.0,
+                                overrides=overrides, gpus=0)
+    assert plan.recipe == {} and [h.num_layers for h in probed] == [3]
+    assert plan.apply(get_profile("cpu"), overrides).num_layers == 3
+    assert ("Model size: small (2+2 layers, d_model 256, dropout 0, peak learning rate 2.8e-03)."
+            " The 30-minute budget buys about 1,565 of its steps here (1.15 s per step)"
+            in caplog.text)
+    assert ("--hparam num_layers=3 overrides it: training 3+3 layers, d_model 256, dropout 0, "
+            "peak learning rate 2.8e-03") in caplog.text
 
 
 def test_explicit_overrides_win_over_the_recipe():
-    plan = budget.Plan(precision="float32", recipe=dict(LONG_RUN_RECIPE))
+    plan = budget.Plan(precision="float32", recipe=dict(DEEPER))
     hparams = plan.apply(get_profile("cpu"), {"num_layers": 4, "precision": "auto"})
     assert (hparams.num_layers, hparams.dropout_rate, hparams.precision) == (4, 0.1, "float32")
 
@@ -235,20 +286,23 @@ def test_the_precision_probe_decides_on_a_cpu_with_bfloat16_units(speedup, chose
 
 def test_the_plan_probes_both_precisions_and_logs_its_choice(monkeypatch, caplog):
     """Where the CPU has bfloat16 units, `auto` times float32 and mixed_bfloat16 on the real
-    model shape and takes the faster; the recipe reuses that probe's step time."""
+    model shape and takes the faster; the size choice reuses that probe's step time and times
+    the deeper model in the chosen precision."""
     monkeypatch.setattr(devices, "cpu_has_bfloat16_units", lambda: True)  # this CPU's flags
-    step_seconds = {"float32": 0.289, "mixed_bfloat16": 0.215}  # as measured on avx512_bf16
+    step_seconds = {("float32", 2): 0.289, ("mixed_bfloat16", 2): 0.215,  # avx512_bf16
+                    ("mixed_bfloat16", 3): 0.314}
     probed = []
     hparams = dataclasses.replace(get_profile("cpu"), train_minutes=30.0)
     with caplog.at_level(logging.INFO, logger="trainer_module.budget"):
         plan = budget.make_plan(
-            hparams, lambda h: probed.append(h.precision) or step_seconds[h.precision],
-            tf.distribute.get_strategy(), lambda: 1800.0)
-    assert sorted(probed) == ["float32", "mixed_bfloat16"]
-    assert plan.precision == "mixed_bfloat16" and plan.recipe == LONG_RUN_RECIPE
+            hparams, lambda h: probed.append(h.precision) or step_seconds[h.precision,
+                                                                           h.num_layers],
+            tf.distribute.get_strategy(), lambda: 1800.0, gpus=0)
+    assert probed == ["float32", "mixed_bfloat16", "mixed_bfloat16"]
+    assert plan.precision == "mixed_bfloat16" and plan.recipe == DEEPER
     assert "Training precision: mixed_bfloat16 (auto: the CPU has bfloat16 units" in caplog.text
     assert "1.34x faster" in caplog.text
-    assert "about 8,372 steps" in caplog.text  # 1800 / 0.215
+    assert "about 5,732 of its steps here (0.31 s per step)" in caplog.text  # 1800 / 0.314
 
 
 def test_the_probe_times_training_steps_as_fit_runs_them():
@@ -267,7 +321,7 @@ def test_the_probe_times_training_steps_as_fit_runs_them():
 
 
 def test_the_plan_is_kept_beside_the_checkpoints(tmp_path):
-    plan = budget.Plan(precision="mixed_bfloat16", recipe=dict(LONG_RUN_RECIPE))
+    plan = budget.Plan(precision="mixed_bfloat16", recipe=dict(DEEPER))
     assert budget.Plan.load(str(tmp_path)) is None
     plan.save(str(tmp_path))
     assert budget.Plan.load(str(tmp_path)) == plan
@@ -278,10 +332,10 @@ def test_the_repeat_flags_reproduce_the_budgeted_run():
     precision, with no budget."""
     from cli import main as cli
 
-    plan = budget.Plan(precision="float32", recipe=dict(LONG_RUN_RECIPE))
+    plan = budget.Plan(precision="float32", recipe=dict(DEEPER))
     trained = dataclasses.replace(plan.apply(get_profile("cpu"), {"ema_momentum": 0.99}),
                                   train_steps=4712)
     flags = task.repeat_flags(trained, plan, {"ema_momentum": 0.99})
     args = cli.build_parser().parse_args(["run", *flags.split()])
     assert (args.train_steps, args.train_minutes, args.precision) == (4712, None, "float32")
-    assert dict(args.hparams) == {**LONG_RUN_RECIPE, "ema_momentum": 0.99}
+    assert dict(args.hparams) == {**DEEPER, "ema_momentum": 0.99}

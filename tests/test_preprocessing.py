@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import re
 import tempfile
 
@@ -10,7 +11,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 
-from transform_module import preprocessing as pp, wordpiece
+from helpers import TF_SERVING_2_12_TEXT_OPS, ops_core_tensorflow_lacks
+from transform_module import preprocessing as pp, sentencepiece, wordpiece
 from transform_module.tokens import UNK_ID
 
 
@@ -203,6 +205,59 @@ def test_wordpiece_vocabulary_is_capped_when_the_learner_overshoots():
     assert len(pieces) == size and characters < set(pieces)  # every word stays spellable
 
 
+@pytest.fixture(scope="module")
+def sentencepiece_output() -> tft.TFTransformOutput:
+    """A small joint unigram SentencePiece model learned in Transform, elisions split."""
+    french = ROUND_TRIPS + ["Un homme, des ans, des mois, des jours. Tom est ici."]
+    raw = [{"english": ["Tom paid 3.50 euros at 5:30."], "french": [f]} for f in french] * 3
+    return pp.analyze_in_memory(raw, {"tokenizer": "sentencepiece", "vocab_size": 300,
+                                      "split_elisions": True, "joint_vocabulary": True})
+
+
+def test_sentencepiece_is_learned_in_transform_and_round_trips(sentencepiece_output):
+    """Its ids put the reserved tokens first; its vocabulary file, written in WordPiece's form,
+    detokenizes every reference back unchanged, numbers and elisions included."""
+    pieces = [p.decode() for p in sentencepiece_output.vocabulary_by_name(pp.TARGET_VOCAB)]
+    assert 50 < len(pieces) <= 300 and not set(pieces) & set(pp.RESERVED_TOKENS)
+    assert any(p.startswith("##") for p in pieces) and sentencepiece.WORD_START in pieces
+    references = _french_pieces(sentencepiece_output, ROUND_TRIPS)
+    assert all(pp.RESERVED_TOKENS[UNK_ID] not in r for r in references)
+    detokenized = [s.decode() for s in pp.detokenize(tf.ragged.constant(references)).numpy()]
+    assert detokenized == ROUND_TRIPS
+    english = sentencepiece_output.transform_features_layer()(
+        {"english": tf.constant([["Tom paid 3.50 euros."], ["Zoë 漢"]])})[pp.SOURCE_IDS]
+    known, unseen = english.to_list()
+    assert min(known) >= len(pp.RESERVED_TOKENS) and UNK_ID in unseen  # unseen characters
+
+
+def test_wordpiece_form_of_sentencepiece_pieces():
+    assert [sentencepiece.wordpiece_form(p) for p in ("▁homme", "ment", "▁", "▁l'")] == [
+        "homme", "##ment", "▁", "l'"]
+
+
+def test_the_sentencepiece_learner_reads_a_bounded_sample(fra_sample, caplog):
+    """At most sentencepiece_max_sentences distinct sentences, chosen by hash: the same sample
+    (so the same model) from any bundling, spread over the length-sorted corpus."""
+    rows = [{"english": r["english"]} for r in _fra_rows(fra_sample)]
+    config = {"tokenizer": "sentencepiece", "vocab_size": 200,
+              "sentencepiece_max_sentences": 300}
+    with caplog.at_level("INFO", logger=sentencepiece.__name__):
+        output = pp.analyze_in_memory(rows, config)
+        again = pp.analyze_in_memory(list(reversed(rows)), config)
+    assert f"distinct sentences (a sample of 300 of {len(rows):,}: " \
+        "sentencepiece_max_sentences)" in caplog.text
+    assert output.vocabulary_by_name(pp.SOURCE_VOCAB) == again.vocabulary_by_name(pp.SOURCE_VOCAB)
+
+
+def test_sentencepiece_needs_only_tf_servings_text_ops(sentencepiece_output):
+    """The Transform graph that the export embeds, read in a process without tensorflow_text:
+    its non-core ops are NormalizeUTF8 and the two SentencePiece ops, all in TF Serving 2.12."""
+    unknown = ops_core_tensorflow_lacks(os.path.join(
+        sentencepiece_output.transform_savedmodel_dir, "saved_model.pb"))
+    assert unknown == ["NormalizeUTF8", "SentencepieceOp", "SentencepieceTokenizeOp"]
+    assert set(unknown) <= set(TF_SERVING_2_12_TEXT_OPS)
+
+
 def _fra_rows(path: str) -> list[dict[str, list[str]]]:
     """fra.txt lines -> one row per English sentence with all its references."""
     references = collections.defaultdict(list)
@@ -256,6 +311,8 @@ def test_the_learner_gives_tensorflow_texts_vocabulary_with_or_without_its_searc
     ({"split_elisions": 1}, "split_elisions must be true or false"),
     ({"wordpiece_min_count": 0}, "wordpiece_min_count must be a positive integer, got 0"),
     ({"wordpiece_max_words": 0}, "wordpiece_max_words must be a positive integer, got 0"),
+    ({"sentencepiece_max_sentences": 0},
+     "sentencepiece_max_sentences must be a positive integer, got 0"),
     ({"vocab_size": 2.5}, "vocab_size must be a positive integer"),
     ({"tokenizer": "bpe"}, "unknown tokenizer 'bpe'"),
 ])

@@ -22,7 +22,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module import devices
-from trainer_module.hparams import PRECISIONS, HParams, recipe_for_steps
+from trainer_module.hparams import MODEL_SIZES, PRECISIONS, HParams, ModelSize
 from trainer_module.optimization import cooldown_steps, peak_learning_rate
 
 _LOG = logging.getLogger(__name__)
@@ -79,19 +79,88 @@ def seconds_per_step(model: keras.Model, batches: list) -> float:
     return (time.perf_counter() - start) / len(batches)
 
 
-def _describe(hparams: HParams) -> str:
-    return (f"{hparams.num_layers}+{hparams.decoder_depth} layers, dropout "
-            f"{hparams.dropout_rate:g}, peak learning rate {peak_learning_rate(hparams):.1e}")
+def describe(hparams: HParams) -> str:
+    """'2+2 layers, d_model 256, dropout 0, peak learning rate 2.8e-03' (for logs)."""
+    return (f"{hparams.num_layers}+{hparams.decoder_depth} layers, d_model {hparams.d_model}, "
+            f"dropout {hparams.dropout_rate:g}, peak learning rate "
+            f"{peak_learning_rate(hparams):.1e}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """What the probe measured of one rung of MODEL_SIZES."""
+
+    size: ModelSize
+    hparams: HParams  # what would train: the profile, the rung's fields, then the overrides
+    step_seconds: float
+    expected_steps: int  # that the rest of the budget buys at that step time
+
+
+def sized(hparams: HParams, size: ModelSize, overrides: dict[str, Any]) -> HParams:
+    """`hparams` at `size`, the user's overrides winning."""
+    return dataclasses.replace(dataclasses.replace(hparams, **size.fields), **overrides)
+
+
+def choose_size(hparams: HParams, probe: Callable[[HParams], float],
+                seconds_left: Callable[[], float], overrides: dict[str, Any],
+                first_step_seconds: float | None = None) -> tuple[int, list[Timing]]:
+    """The highest rung of MODEL_SIZES of which the rest of the budget buys at least its
+    `min_steps` (each rung: `hparams`, its fields, then `overrides`), and the timings taken.
+    Rungs are timed upward (`probe(hparams)`: seconds per step) while the last one timed could
+    still afford the next: each rung is slower than the one below, so the next would afford
+    fewer steps than it. `first_step_seconds`: the smallest rung's time, if already measured
+    (the precision probe)."""
+    chosen, timings = 0, []
+    for index, size in enumerate(MODEL_SIZES):
+        if timings and timings[-1].expected_steps < size.min_steps:
+            break
+        candidate = sized(hparams, size, overrides)
+        step_seconds = first_step_seconds if index == 0 and first_step_seconds else \
+            probe(candidate)
+        timings.append(Timing(size, candidate, step_seconds,
+                              max(int(seconds_left() / step_seconds), 1)))
+        if timings[-1].expected_steps >= size.min_steps:
+            chosen = index
+    return chosen, timings
+
+
+def size_sentence(profile: HParams, chosen: int, timings: list[Timing],
+                  overrides: dict[str, Any]) -> str:
+    """The one log sentence that says which size trains and why, and what --hparam changed."""
+    mine = next(t for t in timings if t.size is MODEL_SIZES[chosen])
+    sentence = (f"Model size: {mine.size.name} ({describe(sized(profile, mine.size, {}))}). The "
+                f"{profile.train_minutes:g}-minute budget buys about {mine.expected_steps:,} of "
+                f"its steps here ({mine.step_seconds:.2f} s per step)")
+    if chosen + 1 < len(MODEL_SIZES):
+        bigger = MODEL_SIZES[chosen + 1]
+        timed = [t for t in timings if t.size is bigger]
+        sentence += (f"; the next size, {bigger.name}, needs {bigger.min_steps:,} of its own "
+                     + (f"and would train {timed[0].expected_steps:,} "
+                        f"({timed[0].step_seconds:.2f} s per step)" if timed else
+                        "and is slower per step, so it was not timed"))
+    elif chosen:
+        sentence += f", at least the {mine.size.min_steps:,} it needs"
+    sized_fields = {name for size in MODEL_SIZES for name in size.fields}
+    overridden = {name: value for name, value in overrides.items() if name in sized_fields}
+    if overridden:
+        sentence += ("; --hparam " + " ".join(f"{k}={v}" for k, v in sorted(overridden.items()))
+                     + f" overrides it: training {describe(mine.hparams)}")
+    return sentence + ' (docs/model-and-training.md, "A model sized for the device").'
 
 
 def make_plan(hparams: HParams, probe: Callable[[HParams], float],
-              strategy: tf.distribute.Strategy, seconds_left: Callable[[], float]) -> Plan:
+              strategy: tf.distribute.Strategy, seconds_left: Callable[[], float],
+              overrides: dict[str, Any] | None = None, gpus: int | None = None) -> Plan:
     """The precision (auto: measured where it may pay, see devices.resolve_precision) and, under
-    a budget with adapt_recipe, the recipe for the steps the budget buys at this machine's
-    measured step time. `probe(hparams)` gives seconds per step; only the chief probes, and
-    every worker takes the chief's choice."""
+    a budget with adapt_recipe, the model size and recipe the budget buys on this device
+    (`choose_size`). `hparams`: the profile's, for this budget or step count; the user's
+    `overrides` win over them and over the size's fields. `probe(hparams)` gives seconds per
+    step; `gpus`: the GPUs (default: those visible). Only the chief probes, and every worker
+    takes the chief's choice."""
+    profile, hparams = hparams, dataclasses.replace(hparams, **(overrides or {}))
+    overrides = {k: v for k, v in (overrides or {}).items() if k != "precision"}
     chief = devices.writes_results(strategy)
-    precision, expected = hparams.precision, 0
+    precision, chosen = hparams.precision, 0
     if chief:
         timed: dict[str, float] = {}
 
@@ -100,29 +169,20 @@ def make_plan(hparams: HParams, probe: Callable[[HParams], float],
                 timed[name] = probe(dataclasses.replace(hparams, precision=name))
             return timed["float32"] / timed["mixed_bfloat16"]
 
-        precision, reason = devices.resolve_precision(hparams.precision,
+        precision, reason = devices.resolve_precision(hparams.precision, gpus=gpus,
                                                       bfloat16_speedup=bfloat16_speedup)
         _LOG.info("Training precision: %s (%s).", precision, reason)
         if hparams.train_minutes and hparams.adapt_recipe:
-            step_seconds = timed.get(precision) or probe(
-                dataclasses.replace(hparams, precision=precision))
-            expected = max(int(seconds_left() / step_seconds), 1)
-            recipe = recipe_for_steps(hparams, expected)
-            _LOG.info(
-                "Training recipe: %s. The %g-minute budget buys about %s steps of the %d+%d-layer "
-                "model here (%.2f s per step), %s (BENCHMARKS.md, \"BLEU against training "
-                "time\").", _describe(dataclasses.replace(hparams, **recipe)),
-                hparams.train_minutes, f"{expected:,}", hparams.num_layers,
-                hparams.decoder_depth, step_seconds,
-                "past the steps where its BLEU flattens, so a deeper model with dropout "
-                "trains instead" if recipe else "too few for a deeper model to catch up")
+            profile = dataclasses.replace(profile, precision=precision)
+            chosen, timings = choose_size(profile, probe, seconds_left, overrides,
+                                          timed.get(precision))
+            _LOG.info("%s", size_sentence(profile, chosen, timings, overrides))
     precision = PRECISIONS[int(devices.chief_value(strategy, PRECISIONS.index(precision)))]
-    expected = int(devices.chief_value(strategy, expected))
+    chosen = int(devices.chief_value(strategy, chosen))
     if not chief:
-        _LOG.info("Training precision %s%s: the chief's choice.", precision,
-                  f" and the recipe for {expected:,} steps" if expected else "")
-    return Plan(precision=precision,
-                recipe=recipe_for_steps(hparams, expected) if expected else {})
+        _LOG.info("Training precision %s and model size %s: the chief's choice.", precision,
+                  MODEL_SIZES[chosen].name)
+    return Plan(precision=precision, recipe=dict(MODEL_SIZES[chosen].fields))
 
 
 class TimeBudget:

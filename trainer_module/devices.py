@@ -134,9 +134,11 @@ def _sum_over_replicas(strategy: tf.distribute.Strategy) -> Callable[[tf.Tensor]
     return total
 
 
-def fit_to_devices(hparams: HParams) -> HParams:
-    """XLA only where it pays (a GPU); the precision is the plan's (trainer_module/budget.py)."""
-    gpus = len(tf.config.list_physical_devices("GPU"))
+def fit_to_devices(hparams: HParams, gpus: int | None = None) -> HParams:
+    """XLA only where it pays (a GPU; default: those visible); the precision is the plan's
+    (trainer_module/budget.py)."""
+    if gpus is None:
+        gpus = len(tf.config.list_physical_devices("GPU"))
     if hparams.use_xla and not gpus:
         _LOG.info("No GPU: training without XLA (the profile enables it for GPUs).")
     return dataclasses.replace(hparams, use_xla=hparams.use_xla and bool(gpus))

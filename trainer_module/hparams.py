@@ -59,8 +59,8 @@ class HParams:
     # realized count, written to hparams.json, and `--train-steps` with it repeats the run).
     train_steps: int = 10_000
     train_minutes: float = 0.0
-    # Under a time budget, pick depth, dropout and peak learning rate from the number of steps
-    # the budget affords (`recipe_for_steps`); explicit overrides still win.
+    # Under a time budget, pick the model's size and recipe from the steps the budget buys of
+    # each (`MODEL_SIZES`, timed on this device by budget.choose_size); overrides still win.
     adapt_recipe: bool = False
     checkpoint_every: int = 2000
     keep_checkpoints: int = 2  # 0: keep all (a BLEU-vs-time curve, benchmarks/time_curve.py)
@@ -165,7 +165,7 @@ PROFILES: dict[str, HParams] = {
     # 30 minutes on a few CPU cores, ~130k short Tatoeba pairs (~10 target tokens each). As many
     # steps as fit (the budget), small 2k-token batches: more updates matter more than batch
     # size this early. Pre-norm layers tolerate the short warm-up and a high peak (2.8e-3). The
-    # recipe follows the steps the budget buys (`recipe_for_steps`); bfloat16 only where it
+    # size and recipe follow the steps the budget buys (`MODEL_SIZES`); bfloat16 only where it
     # pays (devices.py). Why each value: BENCHMARKS.md, "Ablation at equal wall time" and
     # "BLEU against training time". Assumes ~8k-subword vocabularies.
     "cpu": HParams(
@@ -185,24 +185,39 @@ PROFILES: dict[str, HParams] = {
         batch_tokens=64 * 21, train_steps=100_000, checkpoint_every=500, max_source_length=20,
         max_target_length=20, bucketing=False, decode_max_length=20),
 }
-# The same with two hours: on most machines the budget then buys the long-run recipe.
+# The same with two hours: on most CPUs the budget then buys the deeper model.
 PROFILES["cpu_2h"] = dataclasses.replace(PROFILES["cpu"], train_minutes=120.0)
 
-# What a time budget affords, in steps of the profile's own (2+2-layer) model: from this many
-# on, 3+3 layers with dropout and half the peak rate are expected to score better in the same
-# time. Set between two measured points: a budget of ~5,800 steps is still 2+2's (eval split),
-# one of ~7,600 is 3+3's by far (test split, against the flattened 2+2 curve; BENCHMARKS.md,
-# "A CPU with bfloat16 units" and "The two-hour profile").
-LONG_RUN_STEPS = 7_000
-LONG_RUN_RECIPE = {"num_layers": 3, "dropout_rate": 0.1, "learning_rate_scale": 0.5}
+
+@dataclasses.dataclass(frozen=True)
+class ModelSize:
+    """One rung of the time budget's size ladder (budget.choose_size): the HParams fields it
+    sets over the profile's, and the fewest of its own steps the budget must buy for it to
+    train instead of the rung below."""
+
+    name: str
+    fields: dict[str, object]
+    min_steps: int
 
 
-def recipe_for_steps(hparams: HParams, expected_steps: int) -> dict[str, object]:
-    """The fields to change on `hparams` for a run expected to train `expected_steps` of its
-    own model (empty: keep the profile's recipe)."""
-    if not hparams.adapt_recipe or expected_steps < LONG_RUN_STEPS:
-        return {}
-    return dict(LONG_RUN_RECIPE)
+# From the profile's own model up to the paper's base. Each rung is slower per step than the
+# one below and asks at least as many steps, so the budget times the rungs upward only while
+# the next one could still be afforded. Why each threshold: docs/model-and-training.md, "A
+# model sized for the device".
+MODEL_SIZES = (
+    ModelSize("small", {}, 0),
+    # 3+3 with dropout overtook 2+2 from about 7,000 2+2-steps (eval and test splits, bfloat16
+    # CPU); a 3+3 step costs 1.46x a 2+2 step there, so about 4,800 of its own.
+    ModelSize("deeper", {"num_layers": 3, "dropout_rate": 0.1, "learning_rate_scale": 0.5},
+              4_800),
+    # The anchor's recipe (the paper's base, dropout 0.3, 1,500 warm-up steps to a peak of
+    # 1e-3; mixed precision and XLA on GPUs): 4,660 steps of 16k tokens scored 34.4 on unseen
+    # sentences, against 22.6 for the CPU's best. 8k-token batches fit smaller GPUs; it needs
+    # the anchor's training tokens, 4,660 x 16k = about 9,000 x 8k.
+    ModelSize("base", {"num_layers": 6, "d_model": 512, "num_heads": 8, "dff": 2048,
+                       "dropout_rate": 0.3, "warmup_steps": 1500, "learning_rate_scale": 0.88,
+                       "batch_tokens": 8192, "use_xla": True}, 9_000),
+)
 
 
 def get_profile(name: str) -> HParams:

@@ -78,9 +78,9 @@ class TrainerSettings:
         return dict(hparams_lib.parse_override(f"{name}={value}")
                     for name, value in given.items())
 
-    def hparams_for(self, train_steps: int = 0) -> hparams_lib.HParams:
-        """The profile with exactly `train_steps` (0: its or this time budget) and the
-        overrides; vocabulary sizes still unset."""
+    def hparams_for(self, train_steps: int = 0, overridden: bool = True) -> hparams_lib.HParams:
+        """The profile with exactly `train_steps` (0: its or this time budget) and, if
+        `overridden`, the overrides; vocabulary sizes still unset."""
         hparams = hparams_lib.get_profile(self.profile)
         if train_steps:
             hparams = dataclasses.replace(
@@ -88,4 +88,4 @@ class TrainerSettings:
                 checkpoint_every=min(hparams.checkpoint_every, train_steps))
         elif self.train_minutes:
             hparams = dataclasses.replace(hparams, train_minutes=float(self.train_minutes))
-        return dataclasses.replace(hparams, **self.overrides())
+        return dataclasses.replace(hparams, **self.overrides()) if overridden else hparams

@@ -34,10 +34,11 @@ _UNBOUNDED_STEPS = 10**9
 
 
 def _hparams(settings: TrainerSettings, train_steps: int,
-             tf_transform_output: tft.TFTransformOutput) -> hparams_lib.HParams:
-    """The settings' hparams (exactly `train_steps`, or 0: the time budget) with the real
-    vocabulary sizes."""
-    return settings.hparams_for(train_steps).with_vocab_sizes(
+             tf_transform_output: tft.TFTransformOutput,
+             overridden: bool = True) -> hparams_lib.HParams:
+    """The settings' hparams (exactly `train_steps`, or 0: the time budget; with the
+    overrides, or the profile's own) with the real vocabulary sizes."""
+    return settings.hparams_for(train_steps, overridden).with_vocab_sizes(
         *vocab_sizes(tf_transform_output), shared=shares_vocabulary(tf_transform_output))
 
 
@@ -113,8 +114,10 @@ def run_fn(fn_args: FnArgs) -> None:
     plan = budget.Plan.load(checkpoint_dir)
     if plan is None:
         plan = budget.make_plan(
-            hparams, functools.partial(_probe, fn_args, tf_transform_output), strategy,
-            seconds_left=lambda: hparams.train_minutes * 60 - (time.time() - started))
+            _hparams(settings, fn_args.train_steps or 0, tf_transform_output, overridden=False),
+            functools.partial(_probe, fn_args, tf_transform_output), strategy,
+            seconds_left=lambda: hparams.train_minutes * 60 - (time.time() - started),
+            overrides=overrides)
         if chief:
             plan.save(checkpoint_dir)
     hparams = devices.fit_to_devices(plan.apply(hparams, overrides))

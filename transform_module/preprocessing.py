@@ -17,10 +17,12 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 
 from transform_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_VOCABULARY,
+                                     DEFAULT_SENTENCEPIECE_MAX_SENTENCES,
                                      DEFAULT_SPLIT_ELISIONS, DEFAULT_TOKENIZER,
                                      DEFAULT_VOCAB_SIZE, DEFAULT_WHOLE_NUMBERS,
                                      DEFAULT_WORDPIECE_MAX_WORDS, DEFAULT_WORDPIECE_MIN_COUNT,
                                      END_ID, PAD_ID, START_ID, TOKENIZERS, UNK_ID)
+from transform_module.sentencepiece import WORD_START, sentencepiece_vocabulary
 from transform_module.wordpiece import WORDPIECE_JOINER, wordpiece_vocabulary
 
 # Raw features (from ExampleGen) and transformed features (to the Trainer / TFMA).
@@ -61,7 +63,8 @@ class TransformSettings:
     times (tensorflow-text's default 10 stops English at ~4,200 pieces, below vocab_size).
     wordpiece_max_words: the learner is fed only this many most frequent distinct words, so its
     time and memory stay bounded whatever the corpus (fra.txt has ~25,000 per language: none
-    are dropped there).
+    are dropped there). sentencepiece_max_sentences: the SentencePiece learner reads a sample
+    of at most this many distinct sentences per vocabulary (for the same reason).
     """
     tokenizer: str = DEFAULT_TOKENIZER
     vocab_size: int = DEFAULT_VOCAB_SIZE
@@ -71,6 +74,7 @@ class TransformSettings:
     joint_vocabulary: bool = DEFAULT_JOINT_VOCABULARY
     wordpiece_min_count: int = DEFAULT_WORDPIECE_MIN_COUNT
     wordpiece_max_words: int = DEFAULT_WORDPIECE_MAX_WORDS
+    sentencepiece_max_sentences: int = DEFAULT_SENTENCEPIECE_MAX_SENTENCES
 
     def __post_init__(self) -> None:
         if self.tokenizer not in TOKENIZERS:
@@ -138,10 +142,16 @@ def length_bucket(sentences: tf.Tensor) -> tf.Tensor:
     return bucket
 
 
-def _vocabulary(words: list[tf.RaggedTensor], vocab_name: str,
-                settings: TransformSettings) -> tf.Tensor:
-    """The vocabulary file (a Transform asset) learned from every word of `words`."""
-    flat = tf.concat([w.flat_values for w in words], axis=0)
+def _vocabulary(texts: list[tf.Tensor | tf.RaggedTensor], vocab_name: str,
+                settings: TransformSettings) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
+    """The vocabulary file (a Transform asset) learned from every normalized sentence of
+    `texts`; for sentencepiece, (vocabulary file, model file)."""
+    if settings.tokenizer == "sentencepiece":
+        flat = tf.concat([t.flat_values if isinstance(t, tf.RaggedTensor) else t
+                          for t in texts], axis=0)
+        return sentencepiece_vocabulary(flat, settings.vocab_size, vocab_name,
+                                        settings.sentencepiece_max_sentences, RESERVED_TOKENS)
+    flat = tf.concat([tf.strings.split(t).flat_values for t in texts], axis=0)
     if settings.tokenizer == "wordpiece":
         return wordpiece_vocabulary(flat, settings.vocab_size, vocab_name,
                                     settings.wordpiece_min_count, settings.wordpiece_max_words)
@@ -149,17 +159,45 @@ def _vocabulary(words: list[tf.RaggedTensor], vocab_name: str,
                           frequency_threshold=settings.frequency_threshold)
 
 
-def _ids(words: tf.RaggedTensor, vocab: tf.Tensor, settings: TransformSettings
-         ) -> tf.RaggedTensor:
-    """Words -> ids of the learned vocabulary (most frequent first) shifted past the reserved
-    ids; anything not in the vocabulary -> [UNK]. With wordpiece, each word becomes one or more
-    pieces, so the innermost ragged dimension counts pieces instead of words."""
+def _ids(texts: tf.Tensor | tf.RaggedTensor, vocab: tf.Tensor | tuple[tf.Tensor, tf.Tensor],
+         settings: TransformSettings) -> tf.RaggedTensor:
+    """Normalized sentences [...] -> ids [..., (T)] of the learned vocabulary, the reserved
+    ids first; anything not in the vocabulary -> [UNK]. With wordpiece or sentencepiece a word
+    becomes one or more pieces, so the innermost ragged dimension counts pieces, not words."""
+    if settings.tokenizer == "sentencepiece":
+        _, model_file = vocab
+        return _sentencepiece_ids(texts, model_file)  # its ids put the reserved tokens first
+    words = tf.strings.split(texts)
     if settings.tokenizer == "wordpiece":
         index = tft.apply_vocabulary(words, vocab, lookup_fn=_wordpiece_lookup)
     else:
         index = tft.apply_vocabulary(words, vocab, default_value=-1)
     return tf.ragged.map_flat_values(
         lambda i: tf.where(i < 0, tf.cast(UNK_ID, i.dtype), i + len(RESERVED_TOKENS)), index)
+
+
+def _sentencepiece_ids(texts: tf.Tensor | tf.RaggedTensor, model_file: tf.Tensor
+                       ) -> tf.RaggedTensor:
+    """[...] sentences -> [..., (P)] ids of the SentencePiece model in `model_file`.
+
+    tensorflow-text's SentencepieceOp takes the model as an attribute, so the exported graph
+    carries it (serving reads no file) and it must be known when the graph is built: in
+    Transform's final trace. The traces before it, while the analyzers run, compute nothing
+    from the ids; there they are zeros of the same type and ragged shape (one per word).
+    SentencepieceOp and SentencepieceTokenizeOp are in the tensorflow-text build that TF
+    Serving 2.12 links in (docs/pipeline.md)."""
+    known = isinstance(model_file, (str, bytes)) or not tf.is_symbolic_tensor(model_file)
+    if not known:
+        words = tf.strings.split(texts)
+        return words.with_flat_values(tf.zeros_like(words.flat_values, tf.int64))
+    with tf.init_scope():
+        model = tf.io.read_file(model_file).numpy()
+    tokenizer = text.SentencepieceTokenizer(model=model)  # int32 ids: its only integer type
+    if isinstance(texts, tf.RaggedTensor):
+        ids = texts.with_flat_values(tokenizer.tokenize(texts.flat_values))
+    else:
+        ids = tokenizer.tokenize(texts)
+    return tf.ragged.map_flat_values(tf.cast, ids, tf.int64)
 
 
 def _wordpiece_lookup(words: tf.RaggedTensor, vocab_file: tf.Tensor
@@ -190,22 +228,21 @@ def preprocessing_fn(inputs: dict[str, Any], custom_config: dict[str, Any] | Non
     """
     settings = TransformSettings.from_config(custom_config)
     english = tf.reshape(_dense(inputs[ENGLISH]), [-1])
-    source_words = tokenize(english, settings.whole_numbers)
-    words = {SOURCE_VOCAB: source_words}
+    texts = {SOURCE_VOCAB: normalize(english, settings.whole_numbers)}  # [B]
     if FRENCH in inputs:  # absent at serving time: only English comes in
-        words[TARGET_VOCAB] = tokenize(_ragged(inputs[FRENCH]), settings.whole_numbers,
-                                       settings.split_elisions)  # [B, (R), (W)]
+        texts[TARGET_VOCAB] = normalize(_ragged(inputs[FRENCH]), settings.whole_numbers,
+                                        settings.split_elisions)  # [B, (R)]
     if settings.joint_vocabulary:
-        joint = _vocabulary(list(words.values()), JOINT_VOCAB, settings)
+        joint = _vocabulary(list(texts.values()), JOINT_VOCAB, settings)
         for name in (SOURCE_VOCAB, TARGET_VOCAB):  # so each side finds it under its own name
             tft.annotate_asset(name, JOINT_VOCAB)
-        vocabs = {name: joint for name in words}
+        vocabs = {name: joint for name in texts}
     else:
-        vocabs = {name: _vocabulary([w], name, settings) for name, w in words.items()}
-    outputs = {SOURCE_IDS: _ids(source_words, vocabs[SOURCE_VOCAB], settings),
+        vocabs = {name: _vocabulary([t], name, settings) for name, t in texts.items()}
+    outputs = {SOURCE_IDS: _ids(texts[SOURCE_VOCAB], vocabs[SOURCE_VOCAB], settings),
                LENGTH_BUCKET: length_bucket(english)}
-    if TARGET_VOCAB in words:
-        outputs[TARGET_IDS] = _ids(words[TARGET_VOCAB], vocabs[TARGET_VOCAB], settings)
+    if TARGET_VOCAB in texts:
+        outputs[TARGET_IDS] = _ids(texts[TARGET_VOCAB], vocabs[TARGET_VOCAB], settings)
     return outputs
 
 
@@ -233,8 +270,8 @@ def _ragged(x) -> tf.RaggedTensor:
 
 
 def detokenize(tokens: tf.RaggedTensor) -> tf.Tensor:
-    """[B, (T)] French tokens -> [B] sentences: the inverse of wordpiece and `normalize`'s
-    splitting (`normalize` never makes a word that starts with "#", so "##" is unambiguous, nor
+    """[B, (T)] French tokens -> [B] sentences: the inverse of wordpiece (or sentencepiece,
+    whose vocabulary file is written in wordpiece's form) and `normalize`'s splitting (`normalize` never makes a word that starts with "#", so "##" is unambiguous, nor
     one that ends with an apostrophe unless it split an elision, so "l' homme" is "l'homme").
 
     Spaces go back only where French typography has none (before . , ) and after ( );
@@ -242,6 +279,7 @@ def detokenize(tokens: tf.RaggedTensor) -> tf.Tensor:
     """
     x = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
     x = tf.strings.regex_replace(x, " " + WORDPIECE_JOINER, "")  # rejoin WordPiece continuations
+    x = tf.strings.regex_replace(x, WORD_START, "")  # SentencePiece's bare word start, now joined
     x = tf.strings.regex_replace(x, _ELISION + " ", r"\1\2")
     x = tf.strings.regex_replace(x, r" ([.,)\]}…])", r"\1")
     return tf.strings.regex_replace(x, r"([(\[{]) ", r"\1")

@@ -11,9 +11,10 @@ UNK_ID = 1
 START_ID = 2
 END_ID = 3
 
-# Transform's tokenizers: "word" (the seeds' whole words; rare words become [UNK]) or
-# "wordpiece" (subwords learned from the training words: rare words are spelled from pieces).
-TOKENIZERS = ("wordpiece", "word")
+# Transform's tokenizers: "word" (the seeds' whole words; rare words become [UNK]),
+# "wordpiece" (subwords learned from the training words: rare words are spelled from pieces) or
+# "sentencepiece" (a unigram language model of subwords, learned from the training sentences).
+TOKENIZERS = ("wordpiece", "word", "sentencepiece")
 DEFAULT_TOKENIZER = "wordpiece"
 # Transform's other tokenization defaults (preprocessing.TransformSettings; BENCHMARKS.md):
 DEFAULT_WHOLE_NUMBERS = True  # 3,50 and 5:30 stay one word: numbers detokenize unchanged
@@ -25,3 +26,6 @@ DEFAULT_WORDPIECE_MIN_COUNT = 10  # the WordPiece learner keeps no rarer piece (
 # The WordPiece learner is pure Python on one worker: it sees only this many most frequent words,
 # which bounds its time and memory (docs/scaling.md) and is 4x fra.txt's distinct French words.
 DEFAULT_WORDPIECE_MAX_WORDS = 100_000
+# The SentencePiece learner reads whole sentences on one worker: it sees a sample of at most this
+# many distinct sentences per vocabulary, which bounds its time (all of fra.txt's per language).
+DEFAULT_SENTENCEPIECE_MAX_SENTENCES = 200_000

@@ -1,0 +1,129 @@
+"""Transform's SentencePiece analyzer: learns the unigram-LM model that preprocessing.py applies
+in-graph with tensorflow-text's SentencepieceTokenizer (ops that TF Serving 2.12 links in).
+
+The learner (the sentencepiece library's trainer) reads sentences, not counted words, so its
+time grows with what it reads: it is fed a fixed-size sample of the distinct sentences, chosen
+by a hash of each sentence (the same sample whatever the runner's bundles), and the sample is
+drawn on the workers, each keeping its own `max_sentences` before the final merge.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import time
+
+import apache_beam as beam
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+
+from transform_module.tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from transform_module.wordpiece import WORDPIECE_JOINER
+
+_LOG = logging.getLogger(__name__)
+
+WORD_START = "▁"  # SentencePiece's mark for a piece that begins a word
+MODEL_SUFFIX = ".model"  # the serialized model, an asset beside the vocabulary file
+
+
+def sentencepiece_vocabulary(sentences: tf.Tensor, vocab_size: int, vocab_name: str,
+                             max_sentences: int, reserved_tokens: tuple[str, ...]
+                             ) -> tuple[tf.Tensor, tf.Tensor]:
+    """A custom Transform analyzer: learns a unigram SentencePiece model of at most
+    `vocab_size` pieces (plus the reserved tokens, which take ids 0-3) from a sample of at most
+    `max_sentences` of the distinct [N] `sentences`. Returns the paths (assets) of the
+    vocabulary file, which lists the pieces in id order after the reserved tokens, written as
+    WordPiece writes them (see `wordpiece_form`), and of the serialized model."""
+    vocab, model = tft.experimental.ptransform_analyzer(
+        inputs=[sentences],
+        ptransform=_LearnSentencepiece(vocab_size, vocab_name, max_sentences, reserved_tokens),
+        output_dtypes=[tf.string, tf.string], output_shapes=[[], []],
+        output_asset_default_values=[b"[UNK]", b""], name=f"{vocab_name}_sentencepiece")
+    return vocab, model
+
+
+class _LearnSentencepiece(tft_beam.experimental.PTransformAnalyzer):
+    """PCollection of [sentences] batches -> two of one element: the vocabulary's path, the
+    model's path."""
+
+    def __init__(self, vocab_size: int, vocab_name: str, max_sentences: int,
+                 reserved_tokens: tuple[str, ...]) -> None:
+        super().__init__()
+        self.vocab_size, self.vocab_name = vocab_size, vocab_name
+        self.max_sentences, self.reserved_tokens = max_sentences, reserved_tokens
+
+    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
+        distinct = (batches
+                    | "Sentences" >> beam.FlatMap(lambda batch: set(batch[0]))
+                    | "Distinct" >> beam.Distinct())
+        total = distinct | "CountDistinct" >> beam.combiners.Count.Globally()
+        paths = (distinct
+                 | "Sample" >> beam.combiners.Top.Of(self.max_sentences, key=_sample_order)
+                 | "Learn" >> beam.Map(self._learn, total=beam.pvalue.AsSingleton(total)))
+        return (paths | "VocabularyPath" >> beam.Map(lambda p: p[0]),
+                paths | "ModelPath" >> beam.Map(lambda p: p[1]))
+
+    def _learn(self, sentences: list[bytes], total: int) -> tuple[np.ndarray, np.ndarray]:
+        start = time.monotonic()
+        model = learn_model([s.decode() for s in sentences if s], self.vocab_size,
+                            self.reserved_tokens)
+        pieces = pieces_of(model)[len(self.reserved_tokens):]
+        sampled = (f" (a sample of {len(sentences):,} of {total:,}: sentencepiece_max_sentences)"
+                   if total > len(sentences) else "")
+        _LOG.info("Learned %s: %d SentencePiece pieces from %s distinct sentences%s in %.0f s.",
+                  self.vocab_name, len(pieces), f"{len(sentences):,}", sampled,
+                  time.monotonic() - start)
+        tf.io.gfile.makedirs(self.base_temp_dir)
+        path = os.path.join(self.base_temp_dir, self.vocab_name)
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write("".join(wordpiece_form(p) + "\n" for p in pieces))
+        with tf.io.gfile.GFile(path + MODEL_SUFFIX, "wb") as f:
+            f.write(model)
+        return np.array(path.encode()), np.array((path + MODEL_SUFFIX).encode())
+
+
+def _sample_order(sentence: bytes) -> bytes:
+    """Top's order for the sample: a hash, so the kept sentences are spread over the corpus
+    (fra.txt is sorted by length) and never depend on how the runner bundled the data."""
+    return hashlib.md5(sentence).digest()
+
+
+def learn_model(sentences: list[str], vocab_size: int, reserved_tokens: tuple[str, ...]
+                ) -> bytes:
+    """The serialized unigram model learned from `sentences` (already normalized and split by
+    preprocessing.normalize: SentencePiece's own normalization is off). Its first ids are the
+    reserved tokens, in their order; at most `vocab_size` pieces follow (fewer if the text
+    does not support that many), every character seen among them."""
+    import sentencepiece  # the learner: a Transform-time dependency, not a serving one
+
+    pad, unk, start, end = (reserved_tokens[i] for i in (PAD_ID, UNK_ID, START_ID, END_ID))
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=model, model_type="unigram",
+        vocab_size=vocab_size + len(reserved_tokens), hard_vocab_limit=False,
+        character_coverage=1.0, normalization_rule_name="identity",
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=START_ID, eos_id=END_ID, pad_piece=pad,
+        unk_piece=unk, bos_piece=start, eos_piece=end, num_threads=os.cpu_count() or 1,
+        minloglevel=2)
+    return model.getvalue()
+
+
+def pieces_of(model: bytes) -> list[str]:
+    """The model's pieces in id order (the reserved tokens first)."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=model)
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+def wordpiece_form(piece: str) -> str:
+    """A SentencePiece piece as the vocabulary file writes it, so that one detokenizer serves
+    both tokenizers: a word's first piece without its mark ("▁homme" -> "homme"), a piece
+    inside a word with WordPiece's joiner ("ment" -> "##ment"). The bare mark, a word start
+    whose letters follow as inner pieces, stays "▁" (preprocessing.detokenize drops it)."""
+    if piece.startswith(WORD_START) and piece != WORD_START:
+        return piece[len(WORD_START):]
+    return piece if piece == WORD_START else WORDPIECE_JOINER + piece
