@@ -22,8 +22,8 @@ from transform_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_
                                      DEFAULT_VOCAB_SIZE, DEFAULT_WHOLE_NUMBERS,
                                      DEFAULT_WORDPIECE_MAX_WORDS, DEFAULT_WORDPIECE_MIN_COUNT,
                                      END_ID, PAD_ID, START_ID, TOKENIZERS, UNK_ID)
-from transform_module.sentencepiece import WORD_START, sentencepiece_vocabulary
-from transform_module.wordpiece import WORDPIECE_JOINER, wordpiece_vocabulary
+from transform_module.sentencepiece import WORD_START, sentencepiece_vocabularies
+from transform_module.wordpiece import WORDPIECE_JOINER, wordpiece_vocabularies
 
 # Raw features (from ExampleGen) and transformed features (to the Trainer / TFMA).
 ENGLISH, FRENCH = "english", "french"
@@ -142,21 +142,27 @@ def length_bucket(sentences: tf.Tensor) -> tf.Tensor:
     return bucket
 
 
-def _vocabulary(texts: list[tf.Tensor | tf.RaggedTensor], vocab_name: str,
-                settings: TransformSettings) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
-    """The vocabulary file (a Transform asset) learned from every normalized sentence of
-    `texts`; for sentencepiece, (vocabulary file, model file)."""
+def _vocabularies(texts: dict[str, list[tf.Tensor | tf.RaggedTensor]],
+                  settings: TransformSettings) -> dict[str, Any]:
+    """By vocabulary name, the vocabulary file (a Transform asset) learned from every
+    normalized sentence of its `texts`; for sentencepiece, (vocabulary file, model file).
+    The subword vocabularies are learned together (one Beam stage, so several workers learn
+    them at once)."""
+    def flat(values: list[tf.Tensor | tf.RaggedTensor]) -> tf.Tensor:
+        return tf.concat([v.flat_values if isinstance(v, tf.RaggedTensor) else v
+                          for v in values], axis=0)
+
     if settings.tokenizer == "sentencepiece":
-        flat = tf.concat([t.flat_values if isinstance(t, tf.RaggedTensor) else t
-                          for t in texts], axis=0)
-        return sentencepiece_vocabulary(flat, settings.vocab_size, vocab_name,
-                                        settings.sentencepiece_max_sentences, RESERVED_TOKENS)
-    flat = tf.concat([tf.strings.split(t).flat_values for t in texts], axis=0)
+        return sentencepiece_vocabularies(
+            {name: flat(t) for name, t in texts.items()}, settings.vocab_size,
+            settings.sentencepiece_max_sentences, RESERVED_TOKENS)
+    words = {name: flat([tf.strings.split(v) for v in t]) for name, t in texts.items()}
     if settings.tokenizer == "wordpiece":
-        return wordpiece_vocabulary(flat, settings.vocab_size, vocab_name,
-                                    settings.wordpiece_min_count, settings.wordpiece_max_words)
-    return tft.vocabulary(flat, top_k=settings.vocab_size, vocab_filename=vocab_name,
-                          frequency_threshold=settings.frequency_threshold)
+        return wordpiece_vocabularies(words, settings.vocab_size, settings.wordpiece_min_count,
+                                      settings.wordpiece_max_words)
+    return {name: tft.vocabulary(w, top_k=settings.vocab_size, vocab_filename=name,
+                                 frequency_threshold=settings.frequency_threshold)
+            for name, w in words.items()}
 
 
 def _ids(texts: tf.Tensor | tf.RaggedTensor, vocab: tf.Tensor | tuple[tf.Tensor, tf.Tensor],
@@ -233,12 +239,12 @@ def preprocessing_fn(inputs: dict[str, Any], custom_config: dict[str, Any] | Non
         texts[TARGET_VOCAB] = normalize(_ragged(inputs[FRENCH]), settings.whole_numbers,
                                         settings.split_elisions)  # [B, (R)]
     if settings.joint_vocabulary:
-        joint = _vocabulary(list(texts.values()), JOINT_VOCAB, settings)
+        joint = _vocabularies({JOINT_VOCAB: list(texts.values())}, settings)[JOINT_VOCAB]
         for name in (SOURCE_VOCAB, TARGET_VOCAB):  # so each side finds it under its own name
             tft.annotate_asset(name, JOINT_VOCAB)
         vocabs = {name: joint for name in texts}
     else:
-        vocabs = {name: _vocabulary([t], name, settings) for name, t in texts.items()}
+        vocabs = _vocabularies({name: [t] for name, t in texts.items()}, settings)
     outputs = {SOURCE_IDS: _ids(texts[SOURCE_VOCAB], vocabs[SOURCE_VOCAB], settings),
                LENGTH_BUCKET: length_bucket(english)}
     if TARGET_VOCAB in texts:

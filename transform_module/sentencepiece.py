@@ -15,13 +15,12 @@ import os
 import time
 
 import apache_beam as beam
-import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 
 from transform_module.tokens import END_ID, PAD_ID, START_ID, UNK_ID
-from transform_module.wordpiece import WORDPIECE_JOINER
+from transform_module.wordpiece import WORDPIECE_JOINER, learn_each
 
 _LOG = logging.getLogger(__name__)
 
@@ -29,44 +28,53 @@ WORD_START = "▁"  # SentencePiece's mark for a piece that begins a word
 MODEL_SUFFIX = ".model"  # the serialized model, an asset beside the vocabulary file
 
 
-def sentencepiece_vocabulary(sentences: tf.Tensor, vocab_size: int, vocab_name: str,
-                             max_sentences: int, reserved_tokens: tuple[str, ...]
-                             ) -> tuple[tf.Tensor, tf.Tensor]:
-    """A custom Transform analyzer: learns a unigram SentencePiece model of at most
-    `vocab_size` pieces (plus the reserved tokens, which take ids 0-3) from a sample of at most
-    `max_sentences` of the distinct [N] `sentences`. Returns the paths (assets) of the
-    vocabulary file, which lists the pieces in id order after the reserved tokens, written as
-    WordPiece writes them (see `wordpiece_form`), and of the serialized model."""
-    vocab, model = tft.experimental.ptransform_analyzer(
-        inputs=[sentences],
-        ptransform=_LearnSentencepiece(vocab_size, vocab_name, max_sentences, reserved_tokens),
-        output_dtypes=[tf.string, tf.string], output_shapes=[[], []],
-        output_asset_default_values=[b"[UNK]", b""], name=f"{vocab_name}_sentencepiece")
-    return vocab, model
+def sentencepiece_vocabularies(sentences: dict[str, tf.Tensor], vocab_size: int,
+                               max_sentences: int, reserved_tokens: tuple[str, ...]
+                               ) -> dict[str, tuple[tf.Tensor, tf.Tensor]]:
+    """A custom Transform analyzer: for each vocabulary name, learns a unigram SentencePiece
+    model of at most `vocab_size` pieces (plus the reserved tokens, which take ids 0-3) from a
+    sample of at most `max_sentences` of its distinct [N] `sentences`. Returns, by name, the
+    paths (assets) of the vocabulary file, which lists the pieces in id order after the
+    reserved tokens, written as WordPiece writes them (see `wordpiece_form`), and of the
+    serialized model. The models are learned in one Beam stage, one element each, so a runner
+    with several workers learns them at once."""
+    names = list(sentences)
+    paths = tft.experimental.ptransform_analyzer(
+        inputs=[sentences[name] for name in names],
+        ptransform=_LearnSentencepiece(names, vocab_size, max_sentences, reserved_tokens),
+        output_dtypes=[tf.string] * 2 * len(names), output_shapes=[[]] * 2 * len(names),
+        output_asset_default_values=[b"[UNK]", b""] * len(names),
+        name="_".join(names) + "_sentencepiece")
+    return {name: (paths[2 * i], paths[2 * i + 1]) for i, name in enumerate(names)}
 
 
 class _LearnSentencepiece(tft_beam.experimental.PTransformAnalyzer):
-    """PCollection of [sentences] batches -> two of one element: the vocabulary's path, the
-    model's path."""
+    """PCollection of batches ([sentences] per vocabulary) -> two PCollections per vocabulary,
+    of one element each: its vocabulary file's path, its model's path."""
 
-    def __init__(self, vocab_size: int, vocab_name: str, max_sentences: int,
+    def __init__(self, names: list[str], vocab_size: int, max_sentences: int,
                  reserved_tokens: tuple[str, ...]) -> None:
         super().__init__()
-        self.vocab_size, self.vocab_name = vocab_size, vocab_name
+        self.names, self.vocab_size = names, vocab_size
         self.max_sentences, self.reserved_tokens = max_sentences, reserved_tokens
 
-    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
-        distinct = (batches
-                    | "Sentences" >> beam.FlatMap(lambda batch: set(batch[0]))
-                    | "Distinct" >> beam.Distinct())
-        total = distinct | "CountDistinct" >> beam.combiners.Count.Globally()
-        paths = (distinct
-                 | "Sample" >> beam.combiners.Top.Of(self.max_sentences, key=_sample_order)
-                 | "Learn" >> beam.Map(self._learn, total=beam.pvalue.AsSingleton(total)))
-        return (paths | "VocabularyPath" >> beam.Map(lambda p: p[0]),
-                paths | "ModelPath" >> beam.Map(lambda p: p[1]))
+    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        inputs = []
+        for index, name in enumerate(self.names):
+            distinct = (batches
+                        | f"Sentences[{name}]" >> beam.FlatMap(
+                            lambda batch, i=index: set(batch[i]))
+                        | f"Distinct[{name}]" >> beam.Distinct())
+            total = distinct | f"CountDistinct[{name}]" >> beam.combiners.Count.Globally()
+            inputs.append(
+                distinct
+                | f"Sample[{name}]" >> beam.combiners.Top.Of(self.max_sentences,
+                                                             key=_sample_order)
+                | f"Name[{name}]" >> beam.Map(lambda sample, t, n=name: (n, sample, t),
+                                              t=beam.pvalue.AsSingleton(total)))
+        return learn_each(inputs, self._learn, self.names, paths=2)
 
-    def _learn(self, sentences: list[bytes], total: int) -> tuple[np.ndarray, np.ndarray]:
+    def _learn(self, name: str, sentences: list[bytes], total: int) -> tuple[bytes, bytes]:
         start = time.monotonic()
         model = learn_model([s.decode() for s in sentences if s], self.vocab_size,
                             self.reserved_tokens)
@@ -74,15 +82,14 @@ class _LearnSentencepiece(tft_beam.experimental.PTransformAnalyzer):
         sampled = (f" (a sample of {len(sentences):,} of {total:,}: sentencepiece_max_sentences)"
                    if total > len(sentences) else "")
         _LOG.info("Learned %s: %d SentencePiece pieces from %s distinct sentences%s in %.0f s.",
-                  self.vocab_name, len(pieces), f"{len(sentences):,}", sampled,
-                  time.monotonic() - start)
+                  name, len(pieces), f"{len(sentences):,}", sampled, time.monotonic() - start)
         tf.io.gfile.makedirs(self.base_temp_dir)
-        path = os.path.join(self.base_temp_dir, self.vocab_name)
+        path = os.path.join(self.base_temp_dir, name)
         with tf.io.gfile.GFile(path, "w") as f:
             f.write("".join(wordpiece_form(p) + "\n" for p in pieces))
         with tf.io.gfile.GFile(path + MODEL_SUFFIX, "wb") as f:
             f.write(model)
-        return np.array(path.encode()), np.array((path + MODEL_SUFFIX).encode())
+        return path.encode(), (path + MODEL_SUFFIX).encode()
 
 
 def _sample_order(sentence: bytes) -> bytes:

@@ -11,7 +11,7 @@ import collections
 import logging
 import os
 import time
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import apache_beam as beam
 import numpy as np
@@ -27,58 +27,87 @@ _LOG = logging.getLogger(__name__)
 WORDPIECE_JOINER = "##"  # marks a piece that continues a word
 
 
-def wordpiece_vocabulary(words: tf.Tensor, vocab_size: int, vocab_name: str,
-                         min_count: int = DEFAULT_WORDPIECE_MIN_COUNT,
-                         max_words: int = DEFAULT_WORDPIECE_MAX_WORDS) -> tf.Tensor:
-    """A custom Transform analyzer: counts every word [N] of the data set, learns a WordPiece
-    vocabulary of at most `vocab_size` pieces from the `max_words` most frequent words
-    (tensorflow-text's learner, the one BERT's vocabularies come from) and returns the path of
-    the vocab file (an asset)."""
-    (path,) = tft.experimental.ptransform_analyzer(
-        inputs=[words],
-        ptransform=_LearnWordpiece(vocab_size, vocab_name, min_count, max_words),
-        output_dtypes=[tf.string], output_shapes=[[]],
-        output_asset_default_values=[b"[UNK]"], name=f"{vocab_name}_wordpiece")
-    return path
+def wordpiece_vocabularies(words: dict[str, tf.Tensor], vocab_size: int,
+                           min_count: int = DEFAULT_WORDPIECE_MIN_COUNT,
+                           max_words: int = DEFAULT_WORDPIECE_MAX_WORDS) -> dict[str, tf.Tensor]:
+    """A custom Transform analyzer: for each vocabulary name, counts every word [N] of the data
+    set, learns a WordPiece vocabulary of at most `vocab_size` pieces from the `max_words` most
+    frequent words (tensorflow-text's learner, the one BERT's vocabularies come from) and
+    returns the path of its file (an asset). The vocabularies are learned in one Beam stage,
+    one element each, so a runner with several workers learns them at once."""
+    names = list(words)
+    paths = tft.experimental.ptransform_analyzer(
+        inputs=[words[name] for name in names],
+        ptransform=_LearnWordpiece(names, vocab_size, min_count, max_words),
+        output_dtypes=[tf.string] * len(names), output_shapes=[[]] * len(names),
+        output_asset_default_values=[b"[UNK]"] * len(names),
+        name="_".join(names) + "_wordpiece")
+    return dict(zip(names, paths))
 
 
 class _LearnWordpiece(tft_beam.experimental.PTransformAnalyzer):
-    """PCollection of [words] batches -> one element: the learned vocabulary file's path.
+    """PCollection of batches ([words] per vocabulary) -> one PCollection per vocabulary, of
+    one element: its file's path.
 
     Nothing here funnels the corpus through one worker: words are counted per key (each worker
     sums the words it owns), each worker keeps only its `max_words` most frequent before the
     final merge, and the learner, the one single-threaded step, is fed at most `max_words`.
     """
 
-    def __init__(self, vocab_size: int, vocab_name: str, min_count: int, max_words: int
+    def __init__(self, names: list[str], vocab_size: int, min_count: int, max_words: int
                  ) -> None:
         super().__init__()
-        self.vocab_size, self.vocab_name = vocab_size, vocab_name
+        self.names, self.vocab_size = names, vocab_size
         self.min_count, self.max_words = min_count, max_words
 
-    def expand(self, batches: beam.PCollection) -> beam.PCollection:
-        counts = (batches
-                  | "CountPerBatch" >> beam.FlatMap(
-                      lambda batch: collections.Counter(batch[0]).items())
-                  | "CountPerWord" >> beam.CombinePerKey(sum))
-        distinct = counts | "CountDistinct" >> beam.combiners.Count.Globally()
-        return (counts
-                | "MostFrequent" >> beam.combiners.Top.Of(self.max_words, key=_frequency)
-                | "Learn" >> beam.Map(self._learn, distinct=beam.pvalue.AsSingleton(distinct)))
+    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        inputs = []
+        for index, name in enumerate(self.names):
+            counts = (batches
+                      | f"CountPerBatch[{name}]" >> beam.FlatMap(
+                          lambda batch, i=index: collections.Counter(batch[i]).items())
+                      | f"CountPerWord[{name}]" >> beam.CombinePerKey(sum))
+            distinct = counts | f"CountDistinct[{name}]" >> beam.combiners.Count.Globally()
+            inputs.append(
+                counts
+                | f"MostFrequent[{name}]" >> beam.combiners.Top.Of(self.max_words,
+                                                                   key=_frequency)
+                | f"Name[{name}]" >> beam.Map(lambda top, d, n=name: (n, top, d),
+                                              d=beam.pvalue.AsSingleton(distinct)))
+        return learn_each(inputs, self._learn, self.names)
 
-    def _learn(self, counts: list[tuple[bytes, int]], distinct: int) -> np.ndarray:
+    def _learn(self, name: str, counts: list[tuple[bytes, int]], distinct: int
+               ) -> tuple[bytes]:
         start = time.monotonic()
         pieces = learn_wordpiece(counts, self.vocab_size, self.min_count)
         dropped = (f" (the {len(counts):,} most frequent of {distinct:,}: wordpiece_max_words)"
                    if distinct > len(counts) else "")
         _LOG.info("Learned %s: %d WordPiece pieces from %s distinct words%s in %.0f s.",
-                  self.vocab_name, len(pieces), f"{len(counts):,}", dropped,
-                  time.monotonic() - start)
+                  name, len(pieces), f"{len(counts):,}", dropped, time.monotonic() - start)
         tf.io.gfile.makedirs(self.base_temp_dir)
-        path = os.path.join(self.base_temp_dir, self.vocab_name)
+        path = os.path.join(self.base_temp_dir, name)
         with tf.io.gfile.GFile(path, "w") as f:
             f.write("".join(p + "\n" for p in pieces))
-        return np.array(path.encode())
+        return (path.encode(),)
+
+
+def learn_each(inputs: list[beam.PCollection], learn: Callable[..., tuple[bytes, ...]],
+               names: list[str], paths: int = 1) -> tuple[beam.PCollection, ...]:
+    """One Beam stage that calls `learn(*element)` on each input's one element (its name
+    first), which returns the `paths` paths of the files it wrote; they come out as
+    PCollections of one element each, name by name. The elements are reshuffled into that
+    stage together, so a runner with several workers (Beam's multi_processing DirectRunner,
+    Dataflow) learns the vocabularies at once, not one after the other."""
+    learned = (inputs
+               | "AllVocabularies" >> beam.Flatten()
+               | "OnePerWorker" >> beam.Reshuffle()
+               | "Learn" >> beam.Map(lambda element: (element[0], learn(*element))))
+    outputs = []
+    for name in names:
+        mine = learned | f"Learned[{name}]" >> beam.Filter(lambda result, n=name: result[0] == n)
+        outputs.extend(mine | f"Path{j}[{name}]" >> beam.Map(lambda result, k=j: np.array(
+            result[1][k])) for j in range(paths))
+    return tuple(outputs)
 
 
 def _frequency(word_count: tuple[bytes, int]) -> tuple[int, bytes]:
