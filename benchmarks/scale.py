@@ -43,6 +43,11 @@ Per component it records:
                    for (getrusage of children): cpu_s / subprocess_s is the parallelism
   examples_per_split, parse counts (after ExampleGen; repeated on the later rows),
   transform_files_per_split and bytes (Transform's transformed_examples/*/Split-*/)
+  learners, learning_sum_s, learning_span_s  (Transform) each vocabulary learner's seconds
+                   from its "Learned ..." log line, their sum, and the span from the first
+                   one's start to the last one's end: below the sum when they ran at once
+
+--run-arg FLAG (repeatable) gives every `nmt run` a flag, e.g. --run-arg=--tokenizer=sentencepiece.
 
 Results go to --out as JSON: {"sessions": [machine info, command, date ...], "rows": [...]},
 rewritten after every component, so a killed run keeps the rows it completed; rows of
@@ -58,6 +63,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -190,11 +196,11 @@ def _children_cpu_s() -> float:
 
 
 def run_component(corpus: str, root: str, component: str, args: list[str], log_path: str,
-                  timeout_s: float | None) -> dict:
-    """One `nmt run --to component` in its own process (group): its status, wall time, peak
-    memory of its process tree and CPU time."""
+                  timeout_s: float | None, run_args: tuple[str, ...] = ()) -> dict:
+    """One `nmt run --to component` (with `run_args`) in its own process (group): its status,
+    wall time, peak memory of its process tree and CPU time."""
     command = [sys.executable, "-m", "cli", "run", "--data", corpus, "--profile",
-               "smoke", "--pipeline-root", root, "--to", component,
+               "smoke", "--pipeline-root", root, "--to", component, *run_args,
                *[f"--beam-arg={a}" for a in args]]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, *filter(None, [env.get("PYTHONPATH")])])
@@ -229,6 +235,28 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
         with open(log_path, errors="replace") as f:
             result["error_tail"] = f.read()[-3000:]
     return result
+
+
+_LEARNED = re.compile(r"^(\d\d):(\d\d):(\d\d) INFO Learned (\S+): .* in (\d+) s\.$")
+
+
+def vocabulary_learning(log_path: str) -> dict:
+    """From Transform's log: each vocabulary learner's seconds and when it ended (its "Learned
+    ..." line), and the span from the first learner's start to the last one's end, which is
+    less than their sum when they ran at once."""
+    learners = []
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if found := _LEARNED.match(line.strip()):
+                hours, minutes, seconds, name, took = found.groups()
+                ended = int(hours) * 3600 + int(minutes) * 60 + int(seconds)
+                learners.append({"name": name, "seconds": int(took), "ended_s": ended})
+    if not learners:
+        return {}
+    span = max(l["ended_s"] for l in learners) - min(l["ended_s"] - l["seconds"]
+                                                     for l in learners)
+    return {"learners": learners, "learning_sum_s": sum(l["seconds"] for l in learners),
+            "learning_span_s": span}
 
 
 def component_time(corpus: str, root: str, component: str, wall_s: float) -> dict:
@@ -362,6 +390,9 @@ def main(argv: list[str] | None = None) -> None:
                              "measured; 16x ones take several GB)")
     parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results",
                                                       "results_scale.json"))
+    parser.add_argument("--run-arg", action="append", default=[], metavar="FLAG",
+                        help="a flag for every `nmt run`, e.g. --run-arg=--tokenizer="
+                             "sentencepiece (repeatable)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start --out afresh instead of adding to its rows")
     args = parser.parse_args(argv)
@@ -409,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
                 log_path = os.path.join(runs_root, "logs",
                                         f"{os.path.basename(corpus)}_{mode}_{component}.log")
                 run = run_component(corpus, root, component, beam_args(mode, args.workers),
-                                    log_path, args.timeout)
+                                    log_path, args.timeout, tuple(args.run_arg))
                 row.update(run)
                 if run["status"] == "ok":
                     row.update(component_time(corpus, root, component, run["subprocess_s"]))
@@ -421,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
                     row.update(examples)
                     if component == "Transform":
                         row.update(transform_files(root))
+                        row.update(vocabulary_learning(log_path))
                     done[(size, mode, component)] = run["subprocess_s"]
                 else:
                     failed = component

@@ -258,6 +258,36 @@ def test_sentencepiece_needs_only_tf_servings_text_ops(sentencepiece_output):
     assert set(unknown) <= set(TF_SERVING_2_12_TEXT_OPS)
 
 
+def test_all_vocabularies_are_learned_in_one_stage_each_with_its_own_paths():
+    """learn_each: one Learn step over one element per vocabulary (so that Beam's workers can
+    take one each), and each vocabulary's paths back in its own outputs, in name order."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    def learn(name: str, data: list[str]) -> tuple[bytes, bytes]:
+        return f"{name}/vocab {len(data)}".encode(), f"{name}/model".encode()
+
+    pipeline = beam.Pipeline()
+    inputs = [pipeline | f"Create[{n}]" >> beam.Create([(n, list(n))]) for n in ("en", "fra")]
+    outputs = wordpiece.learn_each(inputs, learn, ["en", "fra"], paths=2)
+    for label, output, expected in zip("abcd", outputs, [
+            b"en/vocab 2", b"en/model", b"fra/vocab 3", b"fra/model"]):
+        assert_that(output | f"Decode{label}" >> beam.Map(lambda p: p.item()),
+                    equal_to([expected]), label=f"Check{label}")
+
+    class Labels(beam.pipeline.PipelineVisitor):
+        def __init__(self) -> None:
+            self.labels: list[str] = []
+
+        def visit_transform(self, node) -> None:
+            self.labels.append(node.full_label)
+
+    labels = Labels()
+    pipeline.visit(labels)
+    assert sum(label.split("/")[-1] == "Learn" for label in labels.labels) == 1
+    pipeline.run().wait_until_finish()
+
+
 def _fra_rows(path: str) -> list[dict[str, list[str]]]:
     """fra.txt lines -> one row per English sentence with all its references."""
     references = collections.defaultdict(list)
