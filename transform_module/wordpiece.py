@@ -11,7 +11,7 @@ import collections
 import logging
 import os
 import time
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import apache_beam as beam
 import numpy as np
