@@ -1,0 +1,67 @@
+"""Is a recipe's BLEU gain on the dev set more than noise? A paired bootstrap over sentences.
+
+Usage:
+  PYTHONPATH=. .venv/bin/python -m benchmarks.paired --reference $D.fra \
+      --baseline a_dev.fra --candidate b_dev.fra [--candidate c_dev.fra ...] [--json OUT]
+
+Each hypothesis file has one translation per reference line (`nmt evaluate --hypotheses`).
+For each candidate: corpus BLEU of both, the difference, its standard deviation over 1,000
+resamples of the sentences (the same resample for both systems: paired), and the share of
+resamples in which the candidate is not better. sacreBLEU's statistics (the Evaluator's
+`CorpusStatistics`), so each BLEU equals `sacrebleu REF -i HYP`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from benchmarks.gap import BOOTSTRAP_SAMPLES, bleu_of, bleu_statistics
+
+
+def read_lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def paired_bootstrap(baseline: np.ndarray, candidate: np.ndarray, seed: int = 0) -> dict:
+    """Per-sentence BLEU statistics of two systems on the same sentences -> their BLEU, the
+    difference, its bootstrap standard deviation and P(candidate <= baseline)."""
+    rng = np.random.default_rng(seed)
+    n = len(baseline)
+    differences = []
+    for _ in range(BOOTSTRAP_SAMPLES):
+        sample = rng.integers(0, n, n)
+        differences.append(bleu_of(candidate[sample]) - bleu_of(baseline[sample]))
+    return {"baseline_bleu": bleu_of(baseline), "candidate_bleu": bleu_of(candidate),
+            "difference": bleu_of(candidate) - bleu_of(baseline),
+            "bootstrap_std": float(np.std(differences)),
+            "p_not_better": float(np.mean(np.array(differences) <= 0))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reference", required=True)
+    parser.add_argument("--baseline", required=True)
+    parser.add_argument("--candidate", action="append", required=True)
+    parser.add_argument("--json", help="write the results here too")
+    args = parser.parse_args(argv)
+    references = [[r] for r in read_lines(args.reference)]
+    base = bleu_statistics(read_lines(args.baseline), references)
+    results = {}
+    for path in args.candidate:
+        result = paired_bootstrap(base, bleu_statistics(read_lines(path), references))
+        results[path] = result
+        print(f"{path}: BLEU {result['candidate_bleu']:.2f} against {result['baseline_bleu']:.2f}"
+              f" ({result['difference']:+.2f}, paired bootstrap sd {result['bootstrap_std']:.2f}"
+              f", not better in {100 * result['p_not_better']:.1f} % of resamples)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"baseline": args.baseline, "reference": args.reference,
+                       "candidates": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
