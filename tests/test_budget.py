@@ -160,6 +160,12 @@ def test_the_exported_weights_average_the_last_fraction_of_the_budgeted_steps(mo
     assert not np.allclose(seen[91][0], model.trainable_variables[0].numpy())
 
 
+def test_profiles_average_the_last_quarter_unless_a_moving_average_is_asked_for():
+    for name in ("cpu", "cpu_2h", "base", "smoke"):
+        assert get_profile(name).averaged_fraction == 0.25
+    assert dataclasses.replace(get_profile("cpu"), ema_momentum=0.99).averaged_fraction == 0.0
+
+
 def test_the_decided_step_is_never_inside_a_cooldown_already_begun():
     """A budget already used up (a resumed run with nothing left) still ends with a whole
     cooldown: the final step is the first whose cooldown starts after the current one."""
