@@ -160,6 +160,38 @@ def test_the_exported_weights_average_the_last_fraction_of_the_budgeted_steps(mo
     assert not np.allclose(seen[91][0], model.trainable_variables[0].numpy())
 
 
+def test_a_resumed_training_goes_on_with_its_checkpointed_average(tmp_path):
+    """Killed at step 15 of 20 while averaging steps 11-20 and resumed from that checkpoint
+    (checkpointed as run_fn does), the exported average is the uninterrupted run's."""
+    def run(directory: str, stop_at: int | None) -> tuple[keras.Model, callbacks.WeightAverage]:
+        final_step = tf.Variable(20, dtype=tf.int64)
+        model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,),
+                                                     kernel_initializer="ones")])
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+        model.optimizer.build(model.trainable_variables)
+        average = callbacks.WeightAverage(model.trainable_variables, final_step, 0.5)
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
+                                         final_step=final_step, weight_average=tf.train.Checkpoint(
+                                             **average.variables))
+        manager = tf.train.CheckpointManager(checkpoint, directory, None)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint)
+        step = int(model.optimizer.iterations.numpy())
+        data = tf.data.Dataset.from_tensors((np.ones([4, 2]), np.full([4, 1], 3.0))).repeat()
+        model.fit(data, epochs=(stop_at or 20) // 5, initial_epoch=step // 5, steps_per_epoch=5,
+                  verbose=0, callbacks=[average, keras.callbacks.LambdaCallback(
+                      on_epoch_end=lambda *_: manager.save())])
+        return model, average
+
+    whole, whole_average = run(str(tmp_path / "whole"), None)
+    run(str(tmp_path / "resumed"), stop_at=15)
+    resumed, resumed_average = run(str(tmp_path / "resumed"), None)
+    assert int(resumed_average.count.numpy()) == 10
+    assert whole_average.apply() == resumed_average.apply() == 10
+    for a, b in zip(whole.trainable_variables, resumed.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
 def test_profiles_average_the_last_quarter_unless_a_moving_average_is_asked_for():
     for name in ("cpu", "cpu_2h", "base", "smoke"):
         assert get_profile(name).averaged_fraction == 0.25
