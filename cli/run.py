@@ -33,8 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                           + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
     add_training_flags(run)
     run.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, choices=TOKENIZERS,
-                     help="wordpiece: subwords learned by Transform (default); "
-                          "sentencepiece: a unigram-LM subword model learned by Transform; "
+                     help="sentencepiece: a unigram-LM subword model learned by Transform "
+                          "(default); wordpiece: WordPiece subwords learned by Transform; "
                           "word: whole words, rare ones become [UNK] (the seeds')")
     run.add_argument("--vocab-size", type=int, default=config_lib.PipelineConfig.vocab_size,
                      help="pieces (or words) per language learned by Transform")
@@ -51,7 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--joint-vocab", dest="joint_vocabulary",
                      action=argparse.BooleanOptionalAction, default=defaults.joint_vocabulary,
                      help="one vocabulary for English and French (--vocab-size pieces in all), "
-                          "source/target/output embeddings tied")
+                          "source/target/output embeddings tied (default); --no-joint-vocab "
+                          "learns one per language")
     run.add_argument("--wordpiece-min-count", type=positive_int,
                      default=defaults.wordpiece_min_count,
                      help="the WordPiece learner keeps no piece seen fewer times (default "
