@@ -11,7 +11,8 @@ from pipeline.code_version import PACKAGES, ROOT, code_version, module_sources
 from pipeline.config import TRAINER_MODULE, TRANSFORM_MODULE
 
 TRANSFORM_SOURCES = ["transform_module/__init__.py", "transform_module/preprocessing.py",
-                     "transform_module/tokens.py", "transform_module/wordpiece.py"]
+                     "transform_module/sentencepiece.py", "transform_module/tokens.py",
+                     "transform_module/wordpiece.py"]
 
 
 def test_transform_is_fingerprinted_by_preprocessing_and_what_it_imports():

@@ -243,5 +243,5 @@ def test_serving_needs_only_core_ops_and_tf_servings_text_ops(smoke_run):
     imports tensorflow_text: the ops core TensorFlow does not know are exactly the expected
     tf-text ops, each one in TF Serving 2.12's build (TF_SERVING_2_12_TEXT_OPS)."""
     unknown = ops_core_tensorflow_lacks(os.path.join(pushed_path(smoke_run), "saved_model.pb"))
-    assert unknown == ["NormalizeUTF8", "WordpieceTokenizeWithOffsets"]
+    assert unknown == ["NormalizeUTF8", "SentencepieceOp", "SentencepieceTokenizeOp"]
     assert set(unknown) <= set(TF_SERVING_2_12_TEXT_OPS)

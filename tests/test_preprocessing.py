@@ -78,6 +78,7 @@ def test_vocabularies_reserve_ids_and_keep_every_reference():
         (rows, _), _ = (raw, tft.DatasetMetadata.from_feature_spec(spec)) | \
             tft_beam.AnalyzeAndTransformDataset(
                 lambda inputs: pp.preprocessing_fn(inputs, {"tokenizer": "word",
+                                                      "joint_vocabulary": False,
                                                       "frequency_threshold": 2}))
     # Only "Go" and "!" / "Va" / "." occur twice: everything else is [UNK].
     english = [list(r["source_ids$ragged_values"]) for r in rows]
@@ -184,7 +185,8 @@ def test_joint_vocabulary_is_one_file_with_one_id_per_piece(joint_output):
 
 def test_separate_vocabularies_are_not_shared():
     raw = [{"english": ["Tom is here."], "french": ["Tom est ici."]}] * 3
-    assert not pp.shares_vocabulary(pp.analyze_in_memory(raw, {"vocab_size": 100}))
+    assert not pp.shares_vocabulary(pp.analyze_in_memory(raw, {"vocab_size": 100,
+                                                               "joint_vocabulary": False}))
 
 
 def test_wordpiece_min_count_lets_rarer_pieces_in():
@@ -249,13 +251,15 @@ def test_the_sentencepiece_learner_reads_a_bounded_sample(fra_sample, caplog):
     assert output.vocabulary_by_name(pp.SOURCE_VOCAB) == again.vocabulary_by_name(pp.SOURCE_VOCAB)
 
 
-def test_sentencepiece_needs_only_tf_servings_text_ops(sentencepiece_output):
+@pytest.mark.parametrize("output, ops", [
+    ("sentencepiece_output", ["NormalizeUTF8", "SentencepieceOp", "SentencepieceTokenizeOp"]),
+    ("joint_output", ["NormalizeUTF8", "WordpieceTokenizeWithOffsets"])])
+def test_each_tokenizer_needs_only_tf_servings_text_ops(request, output, ops):
     """The Transform graph that the export embeds, read in a process without tensorflow_text:
-    its non-core ops are NormalizeUTF8 and the two SentencePiece ops, all in TF Serving 2.12."""
+    its non-core ops are NormalizeUTF8 and the tokenizer's, all in TF Serving 2.12."""
     unknown = ops_core_tensorflow_lacks(os.path.join(
-        sentencepiece_output.transform_savedmodel_dir, "saved_model.pb"))
-    assert unknown == ["NormalizeUTF8", "SentencepieceOp", "SentencepieceTokenizeOp"]
-    assert set(unknown) <= set(TF_SERVING_2_12_TEXT_OPS)
+        request.getfixturevalue(output).transform_savedmodel_dir, "saved_model.pb"))
+    assert unknown == ops and set(unknown) <= set(TF_SERVING_2_12_TEXT_OPS)
 
 
 def test_all_vocabularies_are_learned_in_one_stage_each_with_its_own_paths():
@@ -308,7 +312,8 @@ def test_counting_per_word_gives_the_pieces_of_one_global_count(fra_sample):
     """Counted per key across workers and cut to the most frequent words (a bound above
     this data's distinct words), the vocabulary is the one a single global count learns."""
     rows = _fra_rows(fra_sample)
-    output = pp.analyze_in_memory(rows, {"vocab_size": 2000, "wordpiece_min_count": 3})
+    output = pp.analyze_in_memory(rows, {"tokenizer": "wordpiece", "joint_vocabulary": False,
+                                         "vocab_size": 2000, "wordpiece_min_count": 3})
     for side, vocab in (("english", pp.SOURCE_VOCAB), ("french", pp.TARGET_VOCAB)):
         before = wordpiece.learn_wordpiece(_words_counted_in_one_place(rows, side).items(), 2000, 3)
         assert [p.decode() for p in output.vocabulary_by_name(vocab)] == before
@@ -320,7 +325,8 @@ def test_the_learner_sees_only_the_most_frequent_words(fra_sample, caplog):
     top = sorted(counts.items(), key=lambda wc: (wc[1], wc[0]), reverse=True)[:300]
     with caplog.at_level("INFO", logger=wordpiece.__name__):
         output = pp.analyze_in_memory([{"english": r["english"]} for r in rows], {
-            "vocab_size": 500, "wordpiece_min_count": 3, "wordpiece_max_words": 300})
+            "tokenizer": "wordpiece", "joint_vocabulary": False, "vocab_size": 500,
+            "wordpiece_min_count": 3, "wordpiece_max_words": 300})
     assert [p.decode() for p in output.vocabulary_by_name(pp.SOURCE_VOCAB)] == \
         wordpiece.learn_wordpiece(top, 500, 3)
     assert f"from 300 distinct words (the 300 most frequent of {len(counts):,}: " \
