@@ -167,6 +167,11 @@ def run_fn(fn_args: FnArgs) -> None:
                                                      hparams),
                   verbose=0, callbacks=feedback)
     hparams = dataclasses.replace(hparams, train_steps=int(model.optimizer.iterations.numpy()))
+    # The moving average of the weights, if kept (fit does this too, but not when a re-run
+    # finds training already complete), or the uniform average of the last steps: on every
+    # worker, so that all keep the same weights.
+    model.optimizer.finalize_variable_values(model.trainable_variables)
+    averaged_steps = average.apply() if average else 0
     if not chief:
         _LOG.info("Worker %s finished; the chief exports the model.",
                   devices.worker_name(strategy))
@@ -176,12 +181,9 @@ def run_fn(fn_args: FnArgs) -> None:
                   "exactly: %s", f"{hparams.train_steps:,}",
                   callbacks.duration(time_budget.elapsed(time.time())), hparams.train_minutes,
                   repeat_flags(hparams, plan, overrides))
-    # The moving average of the weights, if kept (fit does this too, but not when a re-run
-    # finds training already complete).
-    model.optimizer.finalize_variable_values(model.trainable_variables)
-    if average:
+    if averaged_steps:
         _LOG.info("Exporting the average of the weights over the last %d training steps.",
-                  average.apply())
+                  averaged_steps)
     export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
                              fn_args.serving_model_dir)
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
