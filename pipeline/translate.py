@@ -112,13 +112,13 @@ def _warn_truncated(truncated: list[tuple[int, int, int]], most: int = 3) -> Non
     """A warning per sentence cut to the model's length, or one for them all when many are."""
     if len(truncated) <= most:
         for number, tokens, limit in truncated:
-            _LOG.warning("Sentence %d has %d tokens: only the first %d were translated.",
-                         number, tokens, limit)
+            _LOG.warning("Line %d has a sentence of %d tokens: only its first %d were "
+                         "translated.", number, tokens, limit)
         return
     numbers = ", ".join(str(number) for number, _, _ in truncated[:10])
     limit = truncated[0][2]
-    _LOG.warning("%d sentences have more than the model's %d tokens: only their first %d were "
-                 "translated (sentences %s%s).", len(truncated), limit, limit, numbers,
+    _LOG.warning("%d lines have a sentence of more than the model's %d tokens: only its first "
+                 "%d were translated (lines %s%s).", len(truncated), limit, limit, numbers,
                  ", ..." if len(truncated) > 10 else "")
 
 

@@ -162,3 +162,21 @@ def test_the_exported_signature_sums_many_references_as_all_at_once(exported_tra
                                                 sum(tokens_and_end[150:])]
     assert_same_sums({k: got[k].numpy() for k in SUMS}, expected)
     assert got[export.TRANSLATION].shape == (2,)
+
+
+@pytest.mark.parametrize("signature", [export.SERVING_SIGNATURE, export.BEAM_SIGNATURE])
+def test_each_sentence_of_a_line_is_translated_on_its_own(exported_translator, signature):
+    *_, loaded = exported_translator
+    translate = loaded.signatures[signature]
+    first, second = "the chat is rouge.", "The arbre is vert!"
+    alone = translate(english=tf.constant([first, second]))
+    line = translate(english=tf.constant(["", f"{first}  {second}", first]))
+    assert line[export.TRANSLATION].numpy().tolist() == [
+        b"", b" ".join(alone[export.TRANSLATION].numpy()), alone[export.TRANSLATION].numpy()[0]]
+    np.testing.assert_allclose(line["score"][1], alone["score"][0] + alone["score"][1],
+                               rtol=1e-5)
+    assert line["source_tokens"].numpy().tolist() == [
+        0, max(alone["source_tokens"].numpy()), alone["source_tokens"].numpy()[0]]
+    ids = [[i for i in row if i != PAD_ID] for row in alone["token_ids"].numpy().tolist()]
+    assert [i for i in line["token_ids"][1].numpy().tolist() if i != PAD_ID] == ids[0] + ids[1]
+    assert END_ID not in line["token_ids"].numpy()

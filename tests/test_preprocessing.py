@@ -268,14 +268,15 @@ def test_all_vocabularies_are_learned_in_one_stage_each_with_its_own_paths():
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
 
-    def learn(name: str, data: list[str]) -> tuple[bytes, bytes]:
-        return f"{name}/vocab {len(data)}".encode(), f"{name}/model".encode()
+    def learn(name: str, data: list[str], count: int) -> tuple[bytes, bytes]:
+        return f"{name}/vocab {len(data)} of {count}".encode(), f"{name}/model".encode()
 
     pipeline = beam.Pipeline()
-    inputs = [pipeline | f"Create[{n}]" >> beam.Create([(n, list(n))]) for n in ("en", "fra")]
-    outputs = wordpiece.learn_each(inputs, learn, ["en", "fra"], paths=2)
+    bounded = {n: (pipeline | f"Create[{n}]" >> beam.Create([list(n)]),
+                   pipeline | f"Count[{n}]" >> beam.Create([2 * len(n)])) for n in ("en", "fra")}
+    outputs = wordpiece.learn_each(bounded, learn, paths=2)
     for label, output, expected in zip("abcd", outputs, [
-            b"en/vocab 2", b"en/model", b"fra/vocab 3", b"fra/model"]):
+            b"en/vocab 2 of 4", b"en/model", b"fra/vocab 3 of 6", b"fra/model"]):
         assert_that(output | f"Decode{label}" >> beam.Map(lambda p: p.item()),
                     equal_to([expected]), label=f"Check{label}")
 

@@ -40,8 +40,7 @@ class Plan:
 
     def apply(self, hparams: HParams, overrides: dict[str, Any]) -> HParams:
         """The profile's hparams with the plan, then the user's overrides (which win)."""
-        return dataclasses.replace(dataclasses.replace(hparams, **self.recipe),
-                                   **{**overrides, "precision": self.precision})
+        return sized(hparams, self.recipe, {**overrides, "precision": self.precision})
 
     def save(self, checkpoint_dir: str) -> None:
         tf.io.gfile.makedirs(checkpoint_dir)
@@ -96,9 +95,9 @@ class Timing:
     expected_steps: int  # that the rest of the budget buys at that step time
 
 
-def sized(hparams: HParams, size: ModelSize, overrides: dict[str, Any]) -> HParams:
-    """`hparams` at `size`, the user's overrides winning."""
-    return dataclasses.replace(dataclasses.replace(hparams, **size.fields), **overrides)
+def sized(hparams: HParams, fields: dict[str, Any], overrides: dict[str, Any]) -> HParams:
+    """`hparams` with a size's or a plan's `fields`, the user's overrides winning."""
+    return dataclasses.replace(dataclasses.replace(hparams, **fields), **overrides)
 
 
 def choose_size(hparams: HParams, probe: Callable[[HParams], float],
@@ -114,7 +113,7 @@ def choose_size(hparams: HParams, probe: Callable[[HParams], float],
     for index, size in enumerate(MODEL_SIZES):
         if timings and timings[-1].expected_steps < size.min_steps:
             break
-        candidate = sized(hparams, size, overrides)
+        candidate = sized(hparams, size.fields, overrides)
         step_seconds = first_step_seconds if index == 0 and first_step_seconds else \
             probe(candidate)
         timings.append(Timing(size, candidate, step_seconds,
@@ -128,7 +127,7 @@ def size_sentence(profile: HParams, chosen: int, timings: list[Timing],
                   overrides: dict[str, Any]) -> str:
     """The one log sentence that says which size trains and why, and what --hparam changed."""
     mine = next(t for t in timings if t.size is MODEL_SIZES[chosen])
-    sentence = (f"Model size: {mine.size.name} ({describe(sized(profile, mine.size, {}))}). The "
+    sentence = (f"Model size: {mine.size.name} ({describe(sized(profile, mine.size.fields, {}))}). The "
                 f"{profile.train_minutes:g}-minute budget buys about {mine.expected_steps:,} of "
                 f"its steps here ({mine.step_seconds:.2f} s per step)")
     if chosen + 1 < len(MODEL_SIZES):

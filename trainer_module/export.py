@@ -2,16 +2,18 @@
 
 The Transform graph (normalization + vocabulary) and the decoders are inside it, so serving
 needs no Python preprocessing; loading needs only TensorFlow and `import tensorflow_text`.
-Signatures:
-  serving_default(english: string [B]) -> translation [B], token_ids [B, L], score [B],
-      source_tokens [B] (English tokens; only the first max_source_tokens [B] are translated),
-      beam_width [B]
+A line of several sentences is translated sentence by sentence (segmentation.py;
+hparams.split_sentences). Signatures:
+  serving_default(english: string [B]) -> translation [B], token_ids [B, L] (the translation's,
+      PAD-padded), score [B] (summed over the line's sentences), source_tokens [B] (English
+      tokens of the line's longest sentence; only the first max_source_tokens [B] of a sentence
+      are translated), beam_width [B]
   beam_search(english: string [B])     -> the same, with beam search (width from hparams)
   translate_examples(examples: serialized tf.Example [B]) -> translation, and per example
       token_nll, token_correct, token_count over all its references (TFMA's input)
   transform_features(examples: serialized tf.Example [B]) -> english_length_bucket (slicing)
   attention(english: string [B]) -> attention [B, T, S] (last decoder layer's cross-attention,
-      mean over heads, for the greedy translation), source_tokens [B, S], target_tokens [B, T]
+      mean over heads, for the greedy translation of each line whole), source_tokens [B, S], target_tokens [B, T]
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import dataclasses
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from trainer_module import decoding
+from trainer_module import decoding, segmentation
 from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
 from trainer_module.optimization import token_cross_entropy
@@ -90,6 +92,26 @@ class Translator(tf.Module):
         return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32), lengths
 
     def translate(self, english: tf.Tensor, beam: bool = False) -> dict[str, tf.Tensor]:
+        """[B] lines -> the signatures' outputs. With hparams.split_sentences, each sentence of a
+        line is translated on its own (one batch for all of them) and the line's outputs joined:
+        its sentences' translations, their ids one after the other, their scores summed, and the
+        token count of its longest sentence (the one a cut at max_source_length hits first)."""
+        sentences = (segmentation.split_sentences(english) if self.hparams.split_sentences
+                     else tf.RaggedTensor.from_tensor(english[:, None]))
+        output = self.translate_sentences(sentences.flat_values, beam)
+        per_line = sentences.with_flat_values
+        token_ids = tf.ragged.boolean_mask(output["token_ids"], _translated(output["token_ids"]))
+        return {TRANSLATION: segmentation.join_sentences(per_line(output[TRANSLATION])),
+                "token_ids": per_line(token_ids).merge_dims(1, 2).to_tensor(PAD_ID),
+                "score": tf.reduce_sum(per_line(output["score"]), axis=1),
+                "source_tokens": tf.reduce_max(per_line(output["source_tokens"]), axis=1),
+                "max_source_tokens": tf.fill(tf.shape(english), self.hparams.max_source_length),
+                "beam_width": tf.fill(tf.shape(english), self.hparams.beam_width if beam else 1)}
+
+    def translate_sentences(self, english: tf.Tensor, beam: bool = False
+                            ) -> dict[str, tf.Tensor]:
+        """[B] sentences, each translated whole: translation [B], token_ids [B, L] (decoding's),
+        score [B], source_tokens [B]."""
         source_ids, source_tokens = self.source_ids(english)
         max_length = decoding.max_decode_length(source_ids, self.hparams)
         if beam:
@@ -102,17 +124,12 @@ class Translator(tf.Module):
         has_input = tf.reduce_any(tf.not_equal(source_ids, PAD_ID), axis=1)
         token_ids = tf.where(has_input[:, None], token_ids, PAD_ID)
         return {TRANSLATION: self.to_text(token_ids), "token_ids": token_ids,
-                "score": tf.where(has_input, score, 0.0), "source_tokens": source_tokens,
-                "max_source_tokens": tf.fill(tf.shape(source_tokens),
-                                             self.hparams.max_source_length),
-                "beam_width": tf.fill(tf.shape(source_tokens),
-                                      self.hparams.beam_width if beam else 1)}
+                "score": tf.where(has_input, score, 0.0), "source_tokens": source_tokens}
 
     def to_text(self, token_ids: tf.Tensor) -> tf.Tensor:
         """[B, L] ids -> [B] French sentences (up to the first END_ID, PAD dropped)."""
-        ended = tf.cumsum(tf.cast(tf.equal(token_ids, END_ID), tf.int32), axis=1, exclusive=True)
-        keep = tf.equal(ended, 0) & tf.not_equal(token_ids, PAD_ID) & tf.not_equal(token_ids, END_ID)
-        words = tf.ragged.boolean_mask(tf.gather(self.target_tokens, token_ids), keep)
+        words = tf.ragged.boolean_mask(tf.gather(self.target_tokens, token_ids),
+                                       _translated(token_ids))
         return detokenize(words)
 
     def parse_english(self, examples: tf.Tensor) -> tf.Tensor:
@@ -154,6 +171,13 @@ class Translator(tf.Module):
     def serve_transform_features(self, examples):
         features = self.tft_layer({ENGLISH: tf.reshape(self.parse_english(examples), [-1, 1])})
         return {LENGTH_BUCKET: features[LENGTH_BUCKET]}
+
+
+def _translated(token_ids: tf.Tensor) -> tf.Tensor:
+    """[B, L] decoded ids -> [B, L] bool: the translation's tokens (before the first END_ID,
+    PAD_ID dropped)."""
+    ended = tf.cumsum(tf.cast(tf.equal(token_ids, END_ID), tf.int32), axis=1)
+    return tf.equal(ended, 0) & tf.not_equal(token_ids, PAD_ID)
 
 
 def reference_token_sums(model: Transformer, source_ids: tf.RaggedTensor,

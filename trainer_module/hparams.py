@@ -93,6 +93,9 @@ class HParams:
     # split (--min-bleu overrides it; trainer_module/settings.py).
     min_bleu: float = 0.0
 
+    # Serving translates each sentence of a line on its own (trainer_module/segmentation.py):
+    # the model learned from single sentences and cuts a line at max_source_length tokens.
+    split_sentences: bool = True
     # Decoding: per sentence, at most min(ratio * source_length + extra, decode_max_length) tokens.
     decode_length_ratio: float = 1.5
     decode_max_extra_tokens: int = 10

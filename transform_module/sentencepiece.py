@@ -59,20 +59,17 @@ class _LearnSentencepiece(tft_beam.experimental.PTransformAnalyzer):
         self.max_sentences, self.reserved_tokens = max_sentences, reserved_tokens
 
     def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
-        inputs = []
+        bounded = {}
         for index, name in enumerate(self.names):
             distinct = (batches
                         | f"Sentences[{name}]" >> beam.FlatMap(
                             lambda batch, i=index: set(batch[i]))
                         | f"Distinct[{name}]" >> beam.Distinct())
-            total = distinct | f"CountDistinct[{name}]" >> beam.combiners.Count.Globally()
-            inputs.append(
-                distinct
-                | f"Sample[{name}]" >> beam.combiners.Top.Of(self.max_sentences,
-                                                             key=_sample_order)
-                | f"Name[{name}]" >> beam.Map(lambda sample, t, n=name: (n, sample, t),
-                                              t=beam.pvalue.AsSingleton(total)))
-        return learn_each(inputs, self._learn, self.names, paths=2)
+            bounded[name] = (
+                distinct | f"Sample[{name}]" >> beam.combiners.Top.Of(self.max_sentences,
+                                                                      key=_sample_order),
+                distinct | f"CountDistinct[{name}]" >> beam.combiners.Count.Globally())
+        return learn_each(bounded, self._learn, paths=2)
 
     def _learn(self, name: str, sentences: list[bytes], total: int) -> tuple[bytes, bytes]:
         start = time.monotonic()

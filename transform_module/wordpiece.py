@@ -61,20 +61,17 @@ class _LearnWordpiece(tft_beam.experimental.PTransformAnalyzer):
         self.min_count, self.max_words = min_count, max_words
 
     def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
-        inputs = []
+        bounded = {}
         for index, name in enumerate(self.names):
             counts = (batches
                       | f"CountPerBatch[{name}]" >> beam.FlatMap(
                           lambda batch, i=index: collections.Counter(batch[i]).items())
                       | f"CountPerWord[{name}]" >> beam.CombinePerKey(sum))
-            distinct = counts | f"CountDistinct[{name}]" >> beam.combiners.Count.Globally()
-            inputs.append(
-                counts
-                | f"MostFrequent[{name}]" >> beam.combiners.Top.Of(self.max_words,
-                                                                   key=_frequency)
-                | f"Name[{name}]" >> beam.Map(lambda top, d, n=name: (n, top, d),
-                                              d=beam.pvalue.AsSingleton(distinct)))
-        return learn_each(inputs, self._learn, self.names)
+            bounded[name] = (
+                counts | f"MostFrequent[{name}]" >> beam.combiners.Top.Of(self.max_words,
+                                                                          key=_frequency),
+                counts | f"CountDistinct[{name}]" >> beam.combiners.Count.Globally())
+        return learn_each(bounded, self._learn)
 
     def _learn(self, name: str, counts: list[tuple[bytes, int]], distinct: int
                ) -> tuple[bytes]:
@@ -91,19 +88,24 @@ class _LearnWordpiece(tft_beam.experimental.PTransformAnalyzer):
         return (path.encode(),)
 
 
-def learn_each(inputs: list[beam.PCollection], learn: Callable[..., tuple[bytes, ...]],
-               names: list[str], paths: int = 1) -> tuple[beam.PCollection, ...]:
-    """One Beam stage that calls `learn(*element)` on each input's one element (its name
-    first), which returns the `paths` paths of the files it wrote; they come out as
-    PCollections of one element each, name by name. The elements are reshuffled into that
-    stage together, so a runner with several workers (Beam's multi_processing DirectRunner,
-    Dataflow) learns the vocabularies at once, not one after the other."""
+def learn_each(bounded: dict[str, tuple[beam.PCollection, beam.PCollection]],
+               learn: Callable[..., tuple[bytes, ...]], paths: int = 1
+               ) -> tuple[beam.PCollection, ...]:
+    """One Beam stage that learns every vocabulary: `bounded` holds, by name, a PCollection of
+    one element (what its learner is given, bounded in size) and one of the count it was chosen
+    from. `learn(name, element, count)` returns the `paths` paths of the files it wrote; they
+    come out as PCollections of one element each, name by name. The elements are reshuffled
+    into that stage together, so a runner with several workers (Beam's multi_processing
+    DirectRunner, Dataflow) learns the vocabularies at once, not one after the other."""
+    inputs = [sample | f"Name[{name}]" >> beam.Map(lambda s, c, n=name: (n, s, c),
+                                                   c=beam.pvalue.AsSingleton(count))
+              for name, (sample, count) in bounded.items()]
     learned = (inputs
                | "AllVocabularies" >> beam.Flatten()
                | "OnePerWorker" >> beam.Reshuffle()
                | "Learn" >> beam.Map(lambda element: (element[0], learn(*element))))
     outputs = []
-    for name in names:
+    for name in bounded:
         mine = learned | f"Learned[{name}]" >> beam.Filter(lambda result, n=name: result[0] == n)
         outputs.extend(mine | f"Path{j}[{name}]" >> beam.Map(lambda result, k=j: np.array(
             result[1][k])) for j in range(paths))
