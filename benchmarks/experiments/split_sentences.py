@@ -1,0 +1,62 @@
+"""Dev-set BLEU of a model exported before sentence splitting, with the splitting applied around
+its `serving_default`: each line split by `trainer_module.segmentation.split_sentences`, every
+sentence translated as `nmt translate` does, the translations joined with a space. That is
+the computation today's export does in its graph, so an old model can be scored both ways
+without retraining (BENCHMARKS.md, "Recipes on the dev set").
+
+Usage: python -m benchmarks.experiments.split_sentences --model DIR \
+           --source ../shared/data/tatoeba-dev/X.eng --reference ../shared/data/tatoeba-dev/X.fra \
+           [--hypotheses out.txt] [--output out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import sacrebleu
+import tensorflow as tf
+
+from pipeline.translate import translate
+from trainer_module.segmentation import split_sentences
+
+
+def translate_by_sentence(lines: list[str], model_dir: str) -> tuple[list[str], int]:
+    """The lines' translations, sentence by sentence, and how many sentences there were."""
+    sentences = split_sentences(tf.constant(lines))
+    translated = translate([s.decode() for s in sentences.flat_values.numpy()], model_dir)
+    splits = sentences.row_splits.numpy()
+    return ([" ".join(translated[start:end]) for start, end in zip(splits[:-1], splits[1:])],
+            len(translated))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="a SavedModel or serving directory")
+    parser.add_argument("--source", required=True, help="English, one line each")
+    parser.add_argument("--reference", required=True, help="French, one reference per line")
+    parser.add_argument("--hypotheses", help="write the translations here")
+    parser.add_argument("--output", help="write the scores as JSON here")
+    args = parser.parse_args()
+    with open(args.source, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    with open(args.reference, encoding="utf-8") as f:
+        references = f.read().splitlines()
+    hypotheses, sentences = translate_by_sentence(lines, args.model)
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    result = {"model": args.model, "lines": len(lines), "sentences": sentences,
+              "bleu": bleu.corpus_score(hypotheses, [references]).score,
+              "bleu_signature": str(bleu.get_signature()),
+              "chrf": chrf.corpus_score(hypotheses, [references]).score,
+              "chrf_signature": str(chrf.get_signature())}
+    if args.hypotheses:
+        with open(args.hypotheses, "w", encoding="utf-8") as f:
+            f.write("".join(h + "\n" for h in hypotheses))
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
