@@ -171,11 +171,12 @@ PROFILES: dict[str, HParams] = {
         decode_max_length=48, beam_width=2),
     # 30 minutes on a few CPU cores, ~130k short Tatoeba pairs (~10 target tokens each). As many
     # steps as fit (the budget), small 2k-token batches: more updates matter more than batch
-    # size this early. Pre-norm layers tolerate the short warm-up and a high peak (2.8e-3). The
-    # size and recipe follow the steps the budget buys (`MODEL_SIZES`); bfloat16 only where it
-    # pays (devices.py). The last quarter's weights averaged: +1.1 BLEU on unseen sentences.
-    # Why each value: BENCHMARKS.md, "Recipes on the dev set", "Ablation at equal wall time"
-    # and "BLEU against training time". Assumes ~8k-subword vocabularies.
+    # size this early. Pre-norm layers tolerate the short warm-up and a high peak (2.8e-3; 0.7x
+    # and 1.5x that translate new sentences worse). The size and recipe follow the steps the
+    # budget buys (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's
+    # weights averaged: +1.1 BLEU on unseen sentences. Why each value: BENCHMARKS.md, "Recipes
+    # on the dev set", "Ablation at equal wall time" and "BLEU against training time". Assumes
+    # ~8k-subword vocabularies.
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, average_fraction=0.25,
