@@ -127,7 +127,8 @@ def size_sentence(profile: HParams, chosen: int, timings: list[Timing],
                   overrides: dict[str, Any]) -> str:
     """The one log sentence that says which size trains and why, and what --hparam changed."""
     mine = next(t for t in timings if t.size is MODEL_SIZES[chosen])
-    sentence = (f"Model size: {mine.size.name} ({describe(sized(profile, mine.size.fields, {}))}). The "
+    shape = describe(sized(profile, mine.size.fields, {}))
+    sentence = (f"Model size: {mine.size.name} ({shape}). The "
                 f"{profile.train_minutes:g}-minute budget buys about {mine.expected_steps:,} of "
                 f"its steps here ({mine.step_seconds:.2f} s per step)")
     if chosen + 1 < len(MODEL_SIZES):

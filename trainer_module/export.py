@@ -13,7 +13,8 @@ hparams.split_sentences). Signatures:
       token_nll, token_correct, token_count over all its references (TFMA's input)
   transform_features(examples: serialized tf.Example [B]) -> english_length_bucket (slicing)
   attention(english: string [B]) -> attention [B, T, S] (last decoder layer's cross-attention,
-      mean over heads, for the greedy translation of each line whole), source_tokens [B, S], target_tokens [B, T]
+      mean over heads, for the greedy translation of each line whole), source_tokens [B, S],
+      target_tokens [B, T]
 """
 from __future__ import annotations
 
@@ -100,9 +101,8 @@ class Translator(tf.Module):
                      else tf.RaggedTensor.from_tensor(english[:, None]))
         output = self.translate_sentences(sentences.flat_values, beam)
         per_line = sentences.with_flat_values
-        token_ids = tf.ragged.boolean_mask(output["token_ids"], _translated(output["token_ids"]))
         return {TRANSLATION: segmentation.join_sentences(per_line(output[TRANSLATION])),
-                "token_ids": per_line(token_ids).merge_dims(1, 2).to_tensor(PAD_ID),
+                "token_ids": per_line(output["token_ids"]).merge_dims(1, 2).to_tensor(PAD_ID),
                 "score": tf.reduce_sum(per_line(output["score"]), axis=1),
                 "source_tokens": tf.reduce_max(per_line(output["source_tokens"]), axis=1),
                 "max_source_tokens": tf.fill(tf.shape(english), self.hparams.max_source_length),
@@ -110,8 +110,8 @@ class Translator(tf.Module):
 
     def translate_sentences(self, english: tf.Tensor, beam: bool = False
                             ) -> dict[str, tf.Tensor]:
-        """[B] sentences, each translated whole: translation [B], token_ids [B, L] (decoding's),
-        score [B], source_tokens [B]."""
+        """[B] sentences, each translated whole: translation [B], token_ids [B, (L)] (the
+        translation's: before the first END_ID, PAD_ID dropped), score [B], source_tokens [B]."""
         source_ids, source_tokens = self.source_ids(english)
         max_length = decoding.max_decode_length(source_ids, self.hparams)
         if beam:
@@ -123,14 +123,12 @@ class Translator(tf.Module):
         # An input with no tokens (empty or whitespace) translates to the empty string.
         has_input = tf.reduce_any(tf.not_equal(source_ids, PAD_ID), axis=1)
         token_ids = tf.where(has_input[:, None], token_ids, PAD_ID)
-        return {TRANSLATION: self.to_text(token_ids), "token_ids": token_ids,
+        ended = tf.cumsum(tf.cast(tf.equal(token_ids, END_ID), tf.int32), axis=1)
+        token_ids = tf.ragged.boolean_mask(token_ids,
+                                           tf.equal(ended, 0) & tf.not_equal(token_ids, PAD_ID))
+        return {TRANSLATION: detokenize(tf.gather(self.target_tokens, token_ids)),
+                "token_ids": token_ids,
                 "score": tf.where(has_input, score, 0.0), "source_tokens": source_tokens}
-
-    def to_text(self, token_ids: tf.Tensor) -> tf.Tensor:
-        """[B, L] ids -> [B] French sentences (up to the first END_ID, PAD dropped)."""
-        words = tf.ragged.boolean_mask(tf.gather(self.target_tokens, token_ids),
-                                       _translated(token_ids))
-        return detokenize(words)
 
     def parse_english(self, examples: tf.Tensor) -> tf.Tensor:
         return tf.reshape(tf.io.parse_example(examples, self._english_spec)[ENGLISH], [-1])
@@ -171,13 +169,6 @@ class Translator(tf.Module):
     def serve_transform_features(self, examples):
         features = self.tft_layer({ENGLISH: tf.reshape(self.parse_english(examples), [-1, 1])})
         return {LENGTH_BUCKET: features[LENGTH_BUCKET]}
-
-
-def _translated(token_ids: tf.Tensor) -> tf.Tensor:
-    """[B, L] decoded ids -> [B, L] bool: the translation's tokens (before the first END_ID,
-    PAD_ID dropped)."""
-    ended = tf.cumsum(tf.cast(tf.equal(token_ids, END_ID), tf.int32), axis=1)
-    return tf.equal(ended, 0) & tf.not_equal(token_ids, PAD_ID)
 
 
 def reference_token_sums(model: Transformer, source_ids: tf.RaggedTensor,

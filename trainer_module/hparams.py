@@ -180,9 +180,9 @@ PROFILES: dict[str, HParams] = {
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, average_fraction=0.25,
-        batch_tokens=2048, train_steps=0, train_minutes=30.0, adapt_recipe=True, checkpoint_every=500,
-        max_source_length=50, max_target_length=50, decode_max_length=100, precision="auto",
-        min_bleu=10.0),
+        batch_tokens=2048, train_steps=0, train_minutes=30.0, adapt_recipe=True,
+        checkpoint_every=500, max_source_length=50, max_target_length=50, decode_max_length=100,
+        precision="auto", min_bleu=10.0),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it. The weights of the last
     # quarter averaged, as the GPU anchor's were (+1.0 BLEU there on unseen sentences).
