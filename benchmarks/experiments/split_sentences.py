@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 
-import sacrebleu
 import tensorflow as tf
 
+from pipeline.evaluate import score, write_atomically
 from pipeline.translate import translate
 from trainer_module.segmentation import split_sentences
 
@@ -43,15 +43,9 @@ def main() -> None:
     with open(args.reference, encoding="utf-8") as f:
         references = f.read().splitlines()
     hypotheses, sentences = translate_by_sentence(lines, args.model)
-    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
-    result = {"model": args.model, "lines": len(lines), "sentences": sentences,
-              "bleu": bleu.corpus_score(hypotheses, [references]).score,
-              "bleu_signature": str(bleu.get_signature()),
-              "chrf": chrf.corpus_score(hypotheses, [references]).score,
-              "chrf_signature": str(chrf.get_signature())}
+    result = {"model": args.model, "sentences": sentences, **score(hypotheses, [references])}
     if args.hypotheses:
-        with open(args.hypotheses, "w", encoding="utf-8") as f:
-            f.write("".join(h + "\n" for h in hypotheses))
+        write_atomically(args.hypotheses, hypotheses)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
