@@ -109,7 +109,8 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
 
 
 def _warn_truncated(truncated: list[tuple[int, int, int]], most: int = 3) -> None:
-    """A warning per sentence cut to the model's length, or one for them all when many are."""
+    """A warning per line with a sentence cut to the model's length, or one for them all when
+    many are."""
     if len(truncated) <= most:
         for number, tokens, limit in truncated:
             _LOG.warning("Line %d has a sentence of %d tokens: only its first %d were "
