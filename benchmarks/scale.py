@@ -462,7 +462,8 @@ def main(argv: list[str] | None = None) -> None:
                 what = (f"{run['subprocess_s']:.0f} s (component {row.get('component_s', 0):.1f} s"
                         f" {row.get('time_source', '')}), peak {_memory(run['peak_rss_mb'])}"
                         if run["status"] == "ok" else
-                        f"{run['status'].upper()} after {run['subprocess_s']:.0f} s, see {log_path}")
+                        f"{run['status'].upper()} after {run['subprocess_s']:.0f} s, "
+                        f"see {log_path}")
                 print(f"[{number}/{len(steps)}] {label} {mode} {component}: {what}; "
                       f"elapsed {duration(time.monotonic() - started)}, ETA {eta}",
                       file=sys.stderr, flush=True)

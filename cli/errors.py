@@ -22,7 +22,8 @@ class CommandError(RuntimeError):
 EXPECTED_ERRORS: tuple[tuple[str, str, int], ...] = (
     (__name__, "UsageError", 2),
     ("pipeline.data_source", "DataSourceError", 2),  # no usable fra.txt
-    ("components.fra_example_gen.parser", "InputDataError", 2),  # found before the run (in it: RunError)
+    # found before the run (in it: RunError)
+    ("components.fra_example_gen.parser", "InputDataError", 2),
     ("pipeline.translate", "TranslateError", 2),
     ("pipeline.evaluation_set", "EvaluationSetError", 2),  # a test set nmt evaluate cannot read
     ("pipeline.metadata", "MetadataError", 2),  # no store, an unknown run or artifact...

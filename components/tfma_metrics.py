@@ -198,8 +198,8 @@ class CorpusStatistics:
 
     def score(self, stats: _Stats) -> float:
         # Copy: BLEU's add-k smoothing mutates the lists it is given.
-        return float(
-            self.metric._compute_score_from_stats(list(stats)).score)  # pylint: disable=protected-access
+        # pylint: disable-next=protected-access
+        return float(self.metric._compute_score_from_stats(list(stats)).score)
 
 
 # --------------------------------------------------------------------------

@@ -47,8 +47,8 @@ def _lines(path: str) -> list[str]:
         try:
             texts.append(raw.decode("utf-8").removesuffix("\r"))
         except UnicodeDecodeError as err:
-            raise EvaluationSetError(f"{path}, line {number}: not valid UTF-8 ({err.reason} at byte "
-                               f"{err.start + 1} of the line).") from None
+            raise EvaluationSetError(f"{path}, line {number}: not valid UTF-8 ({err.reason} "
+                                     f"at byte {err.start + 1} of the line).") from None
     return texts
 
 

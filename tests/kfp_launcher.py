@@ -1,8 +1,8 @@
 """Runs a compiled KFP v2 PipelineSpec here, task by task, as Kubeflow Pipelines' backend would.
 
 For each task of `root.dag.tasks`, as soon as the tasks it depends on are done (independent
-ones at the same time, in threads; tests/kfp_dag.py says which and in what order), it does what KFP's driver
-(kubeflow/pipelines backend/src/v2/driver: container.go, resolve.go, driver.go
+ones at the same time, in threads; tests/kfp_dag.py says which and in what order), it does
+what KFP's driver (kubeflow/pipelines backend/src/v2/driver: container.go, resolve.go, driver.go
 provisionOutputs, cache.go) and launcher (backend/src/v2/component/launcher_v2.go) do:
 
 - builds the `ExecutorInput`: parameters from constants, the run's values or the pipeline's
@@ -11,8 +11,9 @@ provisionOutputs, cache.go) and launcher (backend/src/v2/component/launcher_v2.g
   `<pipeline root>/<pipeline name>/<run id>/<task>/<uuid>/<output>`, with the executor output
   file `output_metadata.json` in that task root, as KFP does for object-store roots;
 - computes KFP's cache key (input artifact names, input parameters, output specs without URIs,
-  command, args, image: tests/kfp_dag.py, shared with tests/kfp_store.py) and, for tasks compiled with `cachingOptions.enableCache`, reuses the
-  outputs of an earlier execution with the same key instead of running;
+  command, args, image: tests/kfp_dag.py, shared with tests/kfp_store.py) and, for tasks
+  compiled with `cachingOptions.enableCache`, reuses the outputs of an earlier execution with
+  the same key instead of running;
 - substitutes `{{$}}` (the ExecutorInput as JSON, parameter defaults added) and the
   `{{$.inputs...}}`/`{{$.outputs...}}` placeholders into the task's own `command` and `args`
   from the spec and runs them in a subprocess, with the container's `env`;

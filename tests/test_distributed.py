@@ -174,7 +174,8 @@ class Cluster:
         for index in range(2):
             tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker",
                                                                  "index": index}}
-            fn_args = {**self.args, "serving_model_dir": os.path.join(self.root, f"serving-{index}"),
+            fn_args = {**self.args,
+                       "serving_model_dir": os.path.join(self.root, f"serving-{index}"),
                        "model_run_dir": os.path.join(self.root, f"run-{index}")}
             procs.append(_worker("run_fn", self.data_dir, json.dumps(fn_args),
                                  os.path.join(self.root, f"weights-{index}.json"),

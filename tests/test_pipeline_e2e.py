@@ -20,8 +20,9 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components.fra_example_gen.executor import read_split
-from helpers import (SMOKE_TRAIN_STEPS, TF_SERVING_2_12_TEXT_OPS, ops_core_tensorflow_lacks, checkpoint_steps, latest_artifact, nmt_translate,
-                     open_store, serving_dir, versions)
+from helpers import (SMOKE_TRAIN_STEPS, TF_SERVING_2_12_TEXT_OPS, checkpoint_steps,
+                     latest_artifact, nmt_translate, open_store, ops_core_tensorflow_lacks,
+                     serving_dir, versions)
 from test_logs import NOISE
 from trainer_module.settings import HISTORY_FILE
 
@@ -166,7 +167,8 @@ def test_saved_model_cli_shows_the_serving_signature(smoke_run):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     shown = " ".join(result.stdout.split())
-    assert "inputs['english'] tensor_info: dtype: DT_STRING shape: (-1) name: serving_default_english:0" in shown
+    assert ("inputs['english'] tensor_info: dtype: DT_STRING shape: (-1) "
+            "name: serving_default_english:0") in shown
     for output, dtype, shape in (("translation", "DT_STRING", "(-1)"),
                                  ("token_ids", "DT_INT32", "(-1, -1)"),
                                  ("score", "DT_FLOAT", "(-1)")):

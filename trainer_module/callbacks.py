@@ -24,7 +24,8 @@ class TargetTokens(keras.metrics.Sum):
         super().__init__(name=name, **kwargs)
 
     def update_state(self, labels: tf.Tensor, logits: tf.Tensor, sample_weight=None):
-        return super().update_state(tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)))
+        return super().update_state(
+            tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)))
 
 
 def duration(seconds: float) -> str:

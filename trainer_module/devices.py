@@ -29,7 +29,8 @@ def num_workers() -> int:
 
 
 def choose_strategy() -> tf.distribute.Strategy:
-    """MultiWorkerMirrored when TF_CONFIG names several workers, Mirrored over all GPUs, else CPU."""
+    """MultiWorkerMirrored when TF_CONFIG names several workers, Mirrored over all GPUs, else
+    CPU."""
     workers = num_workers()
     gpus = tf.config.list_physical_devices("GPU")
     if workers > 1:

@@ -277,8 +277,9 @@ def _ragged(x) -> tf.RaggedTensor:
 
 def detokenize(tokens: tf.RaggedTensor) -> tf.Tensor:
     """[B, (T)] French tokens -> [B] sentences: the inverse of wordpiece (or sentencepiece,
-    whose vocabulary file is written in wordpiece's form) and `normalize`'s splitting (`normalize` never makes a word that starts with "#", so "##" is unambiguous, nor
-    one that ends with an apostrophe unless it split an elision, so "l' homme" is "l'homme").
+    whose vocabulary file is written in wordpiece's form) and `normalize`'s splitting
+    (`normalize` never makes a word that starts with "#", so "##" is unambiguous, nor one that
+    ends with an apostrophe unless it split an elision, so "l' homme" is "l'homme").
 
     Spaces go back only where French typography has none (before . , ) and after ( );
     French keeps its space before ! ? : ; and inside « ».

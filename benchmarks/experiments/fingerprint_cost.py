@@ -40,7 +40,8 @@ def make_input(fra_txt: str, out_dir: str, gigabytes: float, files: int) -> list
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fra-txt", required=True)
-    parser.add_argument("--out-dir", required=True, help="where the input is written (not the repo)")
+    parser.add_argument("--out-dir", required=True,
+                        help="where the input is written (not the repo)")
     parser.add_argument("--gigabytes", type=float, default=4.0)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)

@@ -33,8 +33,8 @@ def measure(model, dataset, steps: int, warmup_steps: int) -> dict:
         padded += int(tf.size(labels))
         pairs += int(tf.shape(labels)[0])
     seconds = time.perf_counter() - start
-    return {"target_tokens_per_s": round(tokens / seconds), "pairs_per_s": round(pairs / seconds, 1),
-            "seconds": round(seconds, 1), "steps": steps,
+    return {"target_tokens_per_s": round(tokens / seconds),
+            "pairs_per_s": round(pairs / seconds, 1), "seconds": round(seconds, 1), "steps": steps,
             "padding_fraction": round(1 - tokens / padded, 3)}
 
 

@@ -31,7 +31,8 @@ def unk_rates(transform_graph: str, split: str) -> dict:
             if k in (SOURCE_IDS, TARGET_IDS)}
     files = tf.io.gfile.glob(
         os.path.join(transformed_examples_of(transform_graph), f"Split-{split}", "*"))
-    counts = {SOURCE_IDS: [0, 0, 0, 0], TARGET_IDS: [0, 0, 0, 0]}  # tokens, unk, sentences, with unk
+    # tokens, unk, sentences, sentences with unk
+    counts = {SOURCE_IDS: [0, 0, 0, 0], TARGET_IDS: [0, 0, 0, 0]}
     for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(4096):
         features = tf.io.parse_example(batch, spec)
         for key in counts:
