@@ -45,6 +45,9 @@ def main() -> None:
     models, batches, tokens = {}, {}, {}
     for name, overrides in variants.items():
         hparams = hparams_lib.with_overrides(base, overrides)
+        if hparams.precision == "auto":  # the Trainer's probe would decide; say which to time
+            parser.error(f"variant {name!r} leaves the profile's precision 'auto': add "
+                         "precision=float32 (or mixed_bfloat16, mixed_float16) to it")
         batches[name] = list(make_dataset(train_files, output,
                                           hparams, training=True, seed=0).take(args.steps))
         tokens[name] = sum(int(tf.math.count_nonzero(labels)) for _, labels in batches[name])
