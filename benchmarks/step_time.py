@@ -42,19 +42,20 @@ def main() -> None:
     parser.add_argument("--variant", action="append", help="NAME=FIELD=VALUE[,FIELD=VALUE...]")
     args, output, train_files, base = pipeline_outputs.parse_training_args(parser)
     variants = dict(parse_variant(v) for v in args.variant or PRECISIONS)
-    models, batches, tokens = {}, {}, {}
-    for name, overrides in variants.items():
-        hparams = hparams_lib.with_overrides(base, overrides)
+    configs = {name: hparams_lib.with_overrides(base, o) for name, o in variants.items()}
+    for name, hparams in configs.items():  # before any variant is built
         if hparams.precision == "auto":  # the Trainer's probe would decide; say which to time
             parser.error(f"variant {name!r} leaves the profile's precision 'auto': add "
                          "precision=float32 (or mixed_bfloat16, mixed_float16) to it")
+    models, batches, tokens = {}, {}, {}
+    for name, hparams in configs.items():
         batches[name] = list(make_dataset(train_files, output,
                                           hparams, training=True, seed=0).take(args.steps))
         tokens[name] = sum(int(tf.math.count_nonzero(labels)) for _, labels in batches[name])
         tf.random.set_seed(0)
         models[name] = build_keras_model(hparams)
         budget.seconds_per_step(models[name], batches[name])  # trace (or compile) first
-        print(f"{name}: {overrides or 'the profile as is'}, traced", flush=True)
+        print(f"{name}: {variants[name] or 'the profile as is'}, traced", flush=True)
     names = list(variants)
     times: dict[str, list[float]] = {n: [] for n in names}
     for round_index in range(args.rounds):
