@@ -1,11 +1,14 @@
-"""Decoding speed of an exported model, as `nmt translate` and `nmt evaluate` decode: greedy
+"""Decoding speed of exported models, as `nmt translate` and `nmt evaluate` decode: greedy
 (`serving_default`) against beam search (`beam_search`), batches in the input's order against
 batches of similar lengths; sentences per second and milliseconds per sentence, in alternating
-rounds on the same sentences, with how many outputs run past 30 words (repetition loops, which
+rounds on the same sentences (every model and variant once per round, so several models are
+compared side by side), with how many outputs run past 30 words (repetition loops, which
 keep their batch decoding up to the length limit). A change to the model or the export reruns
-it (BENCHMARKS.md, "Decoding speed").
+it (BENCHMARKS.md, "Decoding speed"); `experiments/reexport.py` exports the same weights with
+a changed export.
 
-Usage: python -m benchmarks.translate_speed --model DIR --source ../shared/data/tatoeba-dev/X.eng
+Usage: python -m benchmarks.translate_speed --model DIR [--model DIR2 ...]
+           --source ../shared/data/tatoeba-dev/X.eng
            [--rounds 2] [--lines N] [--output benchmarks/results/translate_speed.json]
 """
 from __future__ import annotations
@@ -21,36 +24,46 @@ from pipeline import translate
 LONG_OUTPUT_WORDS = 30
 
 
-def measure(model_dir: str, sentences: list[str], rounds: int) -> dict:
+def _variants(model_dir: str) -> dict[str, tuple[int | None, bool]]:
+    """Variant name -> (beam width or None for greedy, batches by length)."""
     width = translate.exported_beam_width(model_dir)
-    variants = {"greedy, by length": (None, True), "greedy, input order": (None, False),
-                f"beam {width}, by length": (width, True),
-                f"beam {width}, input order": (width, False)}
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    return {"greedy, by length": (None, True), "greedy, input order": (None, False),
+            f"beam {width}, by length": (width, True),
+            f"beam {width}, input order": (width, False)}
+
+
+def measure(model_dirs: list[str], sentences: list[str], rounds: int) -> dict:
+    variants = {model_dir: _variants(model_dir) for model_dir in model_dirs}
+    seconds = {(m, name): [] for m in model_dirs for name in variants[m]}
     long_outputs = {}
-    for _ in range(rounds):  # alternating: every variant once per round
-        for name, (beam, by_length) in variants.items():
+    for _ in range(rounds):  # alternating: every model and variant once per round
+        for (model_dir, name), times in seconds.items():
+            beam, by_length = variants[model_dir][name]
             clock = {}
             outputs = translate.translate(
                 sentences, model_dir, beam, by_length=by_length,
                 progress=lambda done: clock.setdefault(done, time.perf_counter()))
-            seconds[name].append(clock[len(sentences)] - clock[0])  # the model's load excluded
-            long_outputs[name] = sum(len(o.split()) > LONG_OUTPUT_WORDS for o in outputs)
-    return {"model": model_dir, "sentences": len(sentences), "rounds": rounds,
+            times.append(clock[len(sentences)] - clock[0])  # the model's load excluded
+            long_outputs[model_dir, name] = sum(len(o.split()) > LONG_OUTPUT_WORDS
+                                                for o in outputs)
+    return {"sentences": len(sentences), "rounds": rounds,
             "batch_size": translate.BATCH_SIZE, "machine": platform.processor() or
             platform.machine(), "cpu_threads": os.cpu_count(),
-            "variants": {name: {"sentences_per_second": [round(len(sentences) / s, 1)
-                                                         for s in seconds[name]],
-                                "ms_per_sentence": round(1000 * min(seconds[name])
-                                                         / len(sentences), 2),
-                                f"outputs_over_{LONG_OUTPUT_WORDS}_words": long_outputs[name]}
-                         for name in variants}}
+            "models": {m: {name: {"sentences_per_second": [round(len(sentences) / s, 1)
+                                                           for s in seconds[m, name]],
+                                  "ms_per_sentence": round(1000 * min(seconds[m, name])
+                                                           / len(sentences), 2),
+                                  f"outputs_over_{LONG_OUTPUT_WORDS}_words":
+                                      long_outputs[m, name]}
+                           for name in variants[m]}
+                       for m in model_dirs}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a SavedModel or serving directory")
+    parser.add_argument("--model", required=True, action="append",
+                        help="a SavedModel or serving directory (repeat to compare models)")
     parser.add_argument("--source", required=True, help="English sentences, one per line")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lines", type=int, default=0, help="the first N lines (0: all)")
@@ -59,7 +72,8 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.source, encoding="utf-8") as f:
         sentences = f.read().splitlines()[:args.lines or None]
-    result = measure(translate.resolve_model_dir(args.model), sentences, args.rounds)
+    result = measure([translate.resolve_model_dir(m) for m in args.model], sentences,
+                     args.rounds)
     with open(args.output, "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result, indent=1))

@@ -44,14 +44,19 @@ TRANSLATION = "translation"
 REFERENCE_CHUNK = 64
 
 
-def _signature(input_name: str):
-    """tf.function over one string vector, traced without AutoGraph: the model and the decoders
-    are plain ops and explicit tf.while_loops, and converting them (and Keras underneath) for
-    nothing took half of the export's time."""
+def _traced(*input_signature: tf.TensorSpec):
+    """tf.function with a fixed input signature, traced without AutoGraph: the model and the
+    decoders are plain ops and explicit tf.while_loops, and converting them (and Keras
+    underneath) for nothing took half of the export's time."""
     def wrap(method):
         return tf.function(tf.autograph.experimental.do_not_convert(method),
-                           input_signature=[tf.TensorSpec([None], tf.string, name=input_name)])
+                           input_signature=list(input_signature))
     return wrap
+
+
+def _signature(input_name: str):
+    """A signature over one string vector [B]."""
+    return _traced(tf.TensorSpec([None], tf.string, name=input_name))
 
 
 def id_to_token(tf_transform_output: tft.TFTransformOutput, vocab_name: str) -> list[bytes]:
@@ -113,13 +118,12 @@ class Translator(tf.Module):
         """[B] sentences, each translated whole: translation [B], token_ids [B, (L)] (the
         translation's: before the first END_ID, PAD_ID dropped), score [B], source_tokens [B]."""
         source_ids, source_tokens = self.source_ids(english)
-        max_length = decoding.max_decode_length(source_ids, self.hparams)
         if beam:
             token_ids, score = decoding.beam_search_decode(
-                self.model, source_ids, max_length, self.hparams.beam_width,
-                self.hparams.beam_alpha)
+                self.model, source_ids, decoding.max_decode_length(source_ids, self.hparams),
+                self.hparams.beam_width, self.hparams.beam_alpha)
         else:
-            token_ids, score = decoding.greedy_decode(self.model, source_ids, max_length)
+            token_ids, score = self.greedy_ids(source_ids)
         # An input with no tokens (empty or whitespace) translates to the empty string.
         has_input = tf.reduce_any(tf.not_equal(source_ids, PAD_ID), axis=1)
         token_ids = tf.where(has_input[:, None], token_ids, PAD_ID)
@@ -129,6 +133,16 @@ class Translator(tf.Module):
         return {TRANSLATION: detokenize(tf.gather(self.target_tokens, token_ids)),
                 "token_ids": token_ids,
                 "score": tf.where(has_input, score, 0.0), "source_tokens": source_tokens}
+
+    @_traced(tf.TensorSpec([None, None], tf.int32))
+    def greedy_ids(self, source_ids):
+        """decoding.greedy_decode of source ids [B, S]: (token_ids [B, L], score [B]).
+
+        A tf.function of its own so that tf.saved_model.save traces the greedy decoder once;
+        each signature that called it directly traced a copy, and the decoders' traces are
+        most of an export's time (BENCHMARKS.md, "Export")."""
+        return decoding.greedy_decode(self.model, source_ids,
+                                      decoding.max_decode_length(source_ids, self.hparams))
 
     def parse_english(self, examples: tf.Tensor) -> tf.Tensor:
         return tf.reshape(tf.io.parse_example(examples, self._english_spec)[ENGLISH], [-1])
@@ -145,8 +159,7 @@ class Translator(tf.Module):
     def serve_attention(self, english):
         """Cross-attention of the last decoder layer (mean over heads) for the greedy output."""
         source_ids, _ = self.source_ids(english)
-        token_ids, _ = decoding.greedy_decode(
-            self.model, source_ids, decoding.max_decode_length(source_ids, self.hparams))
+        token_ids, _ = self.greedy_ids(source_ids)
         target_in = tf.concat([tf.fill([tf.shape(token_ids)[0], 1], START_ID),
                                token_ids[:, :-1]], axis=1)
         weights = self.model.cross_attention_weights(source_ids, target_in)
@@ -162,7 +175,8 @@ class Translator(tf.Module):
 
     @_signature("examples")
     def serve_examples(self, examples):
-        return {TRANSLATION: self.translate(self.parse_english(examples))[TRANSLATION],
+        # serve_greedy's trace, not one of its own (see greedy_ids).
+        return {TRANSLATION: self.serve_greedy(self.parse_english(examples))[TRANSLATION],
                 **self.reference_token_stats(examples)}
 
     @_signature("examples")
