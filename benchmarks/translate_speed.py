@@ -4,7 +4,7 @@ batches of similar lengths; sentences per second and milliseconds per sentence, 
 rounds on the same sentences (every model and variant once per round, so several models are
 compared side by side), with how many outputs run past 30 words (repetition loops, which
 keep their batch decoding up to the length limit). A change to the model or the export reruns
-it (BENCHMARKS.md, "Decoding speed"); `experiments/reexport.py` exports the same weights with
+it (BENCHMARKS.md, "Decoding speed"); `reexport.py` exports the same weights with
 a changed export.
 
 Usage: python -m benchmarks.translate_speed --model DIR [--model DIR2 ...]

@@ -70,7 +70,7 @@ class Translator(tf.Module):
 
     The model's variables are tracked, not the Keras model itself: saving a tracked Keras model
     also traces every layer's call for Keras' own loader, which nothing here uses and which
-    took most of the export's time (BENCHMARKS.md, "Export").
+    took most of the export's time (docs/benchmarks-history.md, "Export").
     """
 
     def __init__(self, model: Transformer, tf_transform_output: tft.TFTransformOutput,
@@ -140,7 +140,7 @@ class Translator(tf.Module):
 
         A tf.function of its own so that tf.saved_model.save traces the greedy decoder once;
         each signature that called it directly traced a copy, and the decoders' traces are
-        most of an export's time (BENCHMARKS.md, "Export")."""
+        most of an export's time (docs/benchmarks-history.md, "Export")."""
         return decoding.greedy_decode(self.model, source_ids,
                                       decoding.max_decode_length(source_ids, self.hparams))
 

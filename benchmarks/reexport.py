@@ -2,7 +2,7 @@
 to the export is measured on the same weights: its translations must not change (`nmt
 evaluate` on both) and its decoding speed is compared side by side (`translate_speed.py`).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/experiments/reexport.py \\
+    PYTHONPATH=. .venv/bin/python -m benchmarks.reexport \\
         --model nmt_runs/Trainer/model/52/Format-Serving \\
         --transform-graph nmt_runs/Transform/transform_graph/51 --out /tmp/reexported \\
         [--profile cpu] [--hparam NAME=VALUE ...]
