@@ -5,7 +5,9 @@ rounds on the same sentences (every model and variant once per round, so several
 compared side by side), with how many outputs run past 30 words (repetition loops, which
 keep their batch decoding up to the length limit). A change to the model or the export reruns
 it (BENCHMARKS.md, "Decoding speed"); `reexport.py` exports the same weights with
-a changed export.
+a changed export. Each result records `decoding_code`, the fingerprint of the code it measured
+(DECODING_CODE), and tests/test_benchmarks_import.py fails until some result matches the
+checkout's: a change to that code is not done until its decoding speed is measured.
 
 Usage: python -m benchmarks.translate_speed --model DIR [--model DIR2 ...]
            --source ../shared/data/tatoeba-dev/X.eng
@@ -14,6 +16,8 @@ Usage: python -m benchmarks.translate_speed --model DIR [--model DIR2 ...]
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
 import json
 import os
 import platform
@@ -22,6 +26,34 @@ import time
 from pipeline import translate
 
 LONG_OUTPUT_WORDS = 30
+# What decides how fast an exported model decodes, besides its weights: the model, the decoders,
+# the export's graph and sentence splitting, and the client's batching.
+DECODING_CODE = ("trainer_module/model.py", "trainer_module/decoding.py",
+                 "trainer_module/export.py", "trainer_module/segmentation.py",
+                 "pipeline/translate.py")
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def decoding_code_fingerprint(repo: str = os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))) -> str:
+    """16 hex digits over DECODING_CODE's syntax trees: comments, docstrings and layout do not
+    count, any change to what the code does does."""
+    digest = hashlib.sha256()
+    for path in DECODING_CODE:
+        with open(os.path.join(repo, path), encoding="utf-8") as f:
+            tree = _without_docstrings(ast.parse(f.read()))
+        digest.update(path.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _variants(model_dir: str) -> dict[str, tuple[int | None, bool]]:
@@ -46,7 +78,8 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int) -> dict:
             times.append(clock[len(sentences)] - clock[0])  # the model's load excluded
             long_outputs[model_dir, name] = sum(len(o.split()) > LONG_OUTPUT_WORDS
                                                 for o in outputs)
-    return {"sentences": len(sentences), "rounds": rounds,
+    return {"decoding_code": decoding_code_fingerprint(), "sentences": len(sentences),
+            "rounds": rounds,
             "batch_size": translate.BATCH_SIZE, "machine": platform.processor() or
             platform.machine(), "cpu_threads": os.cpu_count(),
             "models": {m: {name: {"sentences_per_second": [round(len(sentences) / s, 1)
@@ -67,8 +100,7 @@ def main() -> None:
     parser.add_argument("--source", required=True, help="English sentences, one per line")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lines", type=int, default=0, help="the first N lines (0: all)")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results",
-                                                         "translate_speed.json"))
+    parser.add_argument("--output", default=os.path.join(RESULTS, "translate_speed.json"))
     args = parser.parse_args()
     with open(args.source, encoding="utf-8") as f:
         sentences = f.read().splitlines()[:args.lines or None]
