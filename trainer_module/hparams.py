@@ -176,7 +176,7 @@ PROFILES: dict[str, HParams] = {
     # dropout 0.1, no label smoothing and a 1-layer decoder all translate worse; d_model 192
     # for 1.38x the steps ties. The size and recipe follow the steps the budget
     # buys (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's
-    # weights averaged: +1.1 BLEU on unseen sentences. Why each value: BENCHMARKS.md, "Recipes
+    # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. Why each value: BENCHMARKS.md, "Recipes
     # on the dev set", "Ablation at equal wall time" and "BLEU against training time". Assumes
     # ~8k-subword vocabularies.
     "cpu": HParams(
