@@ -10,7 +10,7 @@ from typing import NamedTuple
 import tensorflow_transform as tft
 
 from trainer_module import hparams as hparams_lib
-from trainer_module.task import vocab_sizes
+from trainer_module.task import with_vocabularies
 
 
 def latest(pattern: str) -> str:
@@ -27,7 +27,7 @@ def latest_transform(pipeline_root: str) -> tuple[tft.TFTransformOutput, str]:
 
 def profile_hparams(profile: str, output: tft.TFTransformOutput) -> hparams_lib.HParams:
     """A profile's hyperparameters with the vocabulary sizes of a Transform output."""
-    return hparams_lib.get_profile(profile).with_vocab_sizes(*vocab_sizes(output))
+    return with_vocabularies(hparams_lib.get_profile(profile), output)
 
 
 class TrainingSetup(NamedTuple):

@@ -21,7 +21,6 @@ import tensorflow_transform as tft
 
 from trainer_module import export, task
 from trainer_module.hparams import get_profile, parse_override
-from transform_module.preprocessing import shares_vocabulary
 
 
 def main() -> None:
@@ -34,10 +33,8 @@ def main() -> None:
     parser.add_argument("--hparam", action="append", default=[], type=parse_override)
     args = parser.parse_args()
     output = tft.TFTransformOutput(args.transform_graph)
-    hparams = dataclasses.replace(get_profile(args.profile), precision="float32",
-                                  **dict(args.hparam)).with_vocab_sizes(
-        *task.vocab_sizes(output), shared=shares_vocabulary(output))
-    model = export.float32_copy(task.build_keras_model(hparams))
+    hparams, model = task.exportable_model(
+        dataclasses.replace(get_profile(args.profile), **dict(args.hparam)), output)
     trained = tf.saved_model.load(args.model).model_variables
     if [v.shape for v in trained] != [v.shape for v in model.variables]:
         raise SystemExit(f"{args.model}'s weights do not fit the {args.profile} profile with "

@@ -38,8 +38,14 @@ def _hparams(settings: TrainerSettings, train_steps: int,
              overridden: bool = True) -> hparams_lib.HParams:
     """The settings' hparams (exactly `train_steps`, or 0: the time budget; with the
     overrides, or the profile's own) with the real vocabulary sizes."""
-    return settings.hparams_for(train_steps, overridden).with_vocab_sizes(
-        *vocab_sizes(tf_transform_output), shared=shares_vocabulary(tf_transform_output))
+    return with_vocabularies(settings.hparams_for(train_steps, overridden), tf_transform_output)
+
+
+def with_vocabularies(hparams: hparams_lib.HParams,
+                      tf_transform_output: tft.TFTransformOutput) -> hparams_lib.HParams:
+    """`hparams` sized to a Transform output's vocabularies (and whether they are one)."""
+    return hparams.with_vocab_sizes(*vocab_sizes(tf_transform_output),
+                                    shared=shares_vocabulary(tf_transform_output))
 
 
 def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
@@ -73,6 +79,15 @@ def build_keras_model(hparams: hparams_lib.HParams,
         jit_compile=hparams.use_xla)
     model.optimizer.build(model.trainable_variables)  # slots (and the average) restore at once
     return model
+
+
+def exportable_model(hparams: hparams_lib.HParams, tf_transform_output: tft.TFTransformOutput
+                     ) -> tuple[hparams_lib.HParams, Transformer]:
+    """The float32 model the Trainer exports, for `hparams` sized to a Transform output, and
+    those sized hparams: for exporting (or timing the export of) weights trained elsewhere."""
+    sized = with_vocabularies(dataclasses.replace(hparams, precision="float32"),
+                              tf_transform_output)
+    return sized, export.float32_copy(build_keras_model(sized))
 
 
 def _train_data(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput,

@@ -13,7 +13,6 @@ then each variant's export is loaded and translates one sentence in a fresh proc
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import glob
 import json
 import os
@@ -29,7 +28,6 @@ import tensorflow_transform as tft
 from benchmarks.scale import machine_info
 from trainer_module import export, task
 from trainer_module.hparams import get_profile
-from transform_module.preprocessing import shares_vocabulary
 
 VARIANTS = ("variables", "keras_model")
 _LOAD = ("import sys, time; t = time.monotonic(); import tensorflow as tf, tensorflow_text; "
@@ -72,9 +70,7 @@ def main() -> None:
     output = tft.TFTransformOutput(graph)
     results = {"machine": machine_info(), "rounds": args.rounds, "profiles": {}}
     for profile in args.profiles.split(","):
-        hparams = dataclasses.replace(get_profile(profile), precision="float32").with_vocab_sizes(
-            *task.vocab_sizes(output), shared=shares_vocabulary(output))
-        model = export.float32_copy(task.build_keras_model(hparams))  # as the Trainer does
+        hparams, model = task.exportable_model(get_profile(profile), output)
         times = {variant: [] for variant in VARIANTS}
         rows = {}
         with tempfile.TemporaryDirectory() as scratch:
