@@ -81,11 +81,10 @@ def tiny_hparams(data_dir: str, **overrides):
     import tensorflow_transform as tft
 
     from trainer_module import hparams as hparams_lib
-    from trainer_module.task import vocab_sizes
+    from trainer_module.task import with_vocabularies
 
     hparams = dataclasses.replace(hparams_lib.get_profile("smoke"), **overrides)
-    return hparams.with_vocab_sizes(*vocab_sizes(tft.TFTransformOutput(
-        os.path.join(data_dir, "transform"))))
+    return with_vocabularies(hparams, tft.TFTransformOutput(os.path.join(data_dir, "transform")))
 
 
 def _shapes(batches) -> set[tuple]:

@@ -32,14 +32,14 @@ def child(pipeline_root: str, steps: int, train_steps: int, pad_to_boundary: boo
     from benchmarks.pipeline_outputs import latest_transform
     from trainer_module import hparams as hparams_lib
     from trainer_module.input_pipeline import make_dataset
-    from trainer_module.task import build_keras_model, vocab_sizes
+    from trainer_module.task import build_keras_model, with_vocabularies
 
     output, train_files = latest_transform(pipeline_root)
     base = hparams_lib.get_profile("base")
-    hparams = dataclasses.replace(
+    hparams = with_vocabularies(dataclasses.replace(
         hparams_lib.get_profile("smoke"), batch_tokens=base.batch_tokens,
         max_source_length=base.max_source_length, max_target_length=base.max_target_length,
-        use_xla=True).with_vocab_sizes(*vocab_sizes(output))
+        use_xla=True), output)
     dataset = make_dataset(train_files, output, hparams,
                            training=True, seed=0, pad_to_boundary=pad_to_boundary)
     model = build_keras_model(hparams)
