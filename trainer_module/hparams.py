@@ -176,9 +176,10 @@ PROFILES: dict[str, HParams] = {
     # dropout 0.1, no label smoothing and a 1-layer decoder all translate worse; d_model 192
     # for 1.38x the steps ties. The size and recipe follow the steps the budget
     # buys (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's
-    # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. Why each value: BENCHMARKS.md, "Recipes
-    # on the dev set", "Ablation at equal wall time" and "BLEU against training time". Assumes
-    # ~8k-subword vocabularies (4k pieces buy 1.39x the steps and translate worse).
+    # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. Why each
+    # value: BENCHMARKS.md, "Recipes on the dev set", "Ablation at equal wall time" and "BLEU
+    # against training time". Assumes ~8k-subword vocabularies (4k pieces buy 1.39x the
+    # steps and translate worse).
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, average_fraction=0.25,
