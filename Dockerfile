@@ -18,9 +18,8 @@ RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src
 #    against TFX's own image pins, so kfp, protobuf, google-cloud-aiplatform and TensorFlow stay
 #    the versions the image was tested with; the image's CUDA TensorFlow is kept as it is.
 FROM ${TFX_IMAGE}
-# TensorFlow's oneDNN CPU kernels, which it enables by itself only on CPUs with AVX512-VNNI,
-# bfloat16 or AMX units: 1.6x faster training on AVX2-only CPUs (BENCHMARKS.md, "oneDNN
-# kernels"); `nmt` sets the same default for local runs.
+# The TensorFlow settings `nmt` starts with locally (pipeline/tensorflow_env.py says why):
+# oneDNN CPU kernels, also on CPUs where TensorFlow would not turn them on by itself.
 ENV TF_ENABLE_ONEDNN_OPTS=1
 COPY docker/constraints-py310.txt docker/check_image.py /opt/nmt/
 COPY --from=wheel /wheels /opt/nmt/wheels

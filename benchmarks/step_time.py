@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 
 import tensorflow as tf
 
 from benchmarks import pipeline_outputs
+from pipeline import tensorflow_env
 from trainer_module import budget, devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
 from trainer_module.task import build_keras_model
@@ -70,6 +72,8 @@ def main() -> None:
     first = names[0]
     print(json.dumps({
         "profile": args.profile, "cpu_bfloat16_units": devices.cpu_has_bfloat16_units(),
+        "onednn_kernels": devices.onednn_enabled(),
+        "tensorflow_env": {name: os.environ.get(name) for name in tensorflow_env.DEFAULTS},
         "rounds": args.rounds, "steps_per_round": args.steps,
         "variants": variants,
         "ms_per_step_median": median,

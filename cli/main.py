@@ -9,11 +9,10 @@ import sys
 # without a GPU, CPU feature notes) is noise to a user; -v/--verbose shows it.
 if not {"-v", "--verbose"} & set(sys.argv[1:]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Also before TF loads: TensorFlow turns its oneDNN CPU kernels on by itself only on CPUs with
-# AVX512-VNNI, bfloat16 or AMX units, yet they train faster than its default Eigen kernels on
-# AVX2-only CPUs too (BENCHMARKS.md, "oneDNN kernels"); TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen.
-# The image sets the same for the compiled pipeline.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+from pipeline import tensorflow_env
+
+tensorflow_env.apply_defaults()  # also before TF loads: its oneDNN kernels
 
 import argparse
 import warnings

@@ -13,8 +13,12 @@ import sys
 
 import pytest
 
+from pipeline import tensorflow_env
+
+tensorflow_env.apply_defaults()  # before TensorFlow loads: the tests run it as `nmt` does
+
 # Re-exported: older test modules import these from conftest; new code imports helpers.
-from helpers import (REPO, SMOKE_TRAIN_STEPS, kill_on_log_line,  # noqa: F401
+from helpers import (REPO, SMOKE_TRAIN_STEPS, kill_on_log_line,  # noqa: E402,F401
                      latest_artifact, open_store, run_nmt, run_nmt_peak_memory,
                      run_nmt_with_file_size_limit, sample_lines, smoke_args)
 

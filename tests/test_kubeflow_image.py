@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 
 from conftest import REPO
 from kfp_launcher import read_spec
-from pipeline import kubeflow_runner
+from pipeline import kubeflow_runner, tensorflow_env
 from test_kubeflow import COMPILE_FLAGS, executors, nmt_kubeflow
 
 sys.path.insert(0, os.path.join(REPO, "docker"))
@@ -59,7 +59,8 @@ def test_the_dockerfile_provides_the_schema_path_and_python_the_spec_uses(specs)
                      + re.escape(kubeflow_runner.IMAGE_SCHEMA_FILE), dockerfile)
     assert "python -m pip install --no-cache-dir -c /opt/nmt/constraints-py310.txt" in dockerfile
     assert "python -m pip check" in dockerfile and "python /opt/nmt/check_image.py" in dockerfile
-    assert "\nENV TF_ENABLE_ONEDNN_OPTS=1\n" in dockerfile  # as `nmt` sets it locally
+    for name, value in tensorflow_env.DEFAULTS.items():  # as `nmt` sets them locally
+        assert f"\nENV {name}={value}\n" in dockerfile
     assert "--ignore-requires-python" not in dockerfile  # the image's Python 3.10 is satisfied
     for source in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.MULTILINE):
         for path in source.split():

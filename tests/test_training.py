@@ -57,14 +57,18 @@ def test_fit_to_devices_keeps_xla_for_gpus_only(caplog):
     assert "No GPU: training without XLA" in caplog.text
 
 
+@pytest.mark.parametrize("entry", ["cli.main", "benchmarks.step_time",
+                                   "benchmarks.translate_speed"])
 @pytest.mark.parametrize("setting, enabled", [(None, True), ("0", False)])
-def test_nmt_runs_tensorflow_with_onednn_kernels_unless_told_not_to(setting, enabled):
-    """They are 1.6x faster than Eigen on this AVX2-only CPU, where TF leaves them off."""
+def test_nmt_and_its_speed_benchmarks_run_tensorflow_with_onednn_kernels_unless_told_not_to(
+        entry, setting, enabled):
+    """oneDNN is what `nmt` trains and decodes with on this AVX2-only CPU, where TF leaves it
+    off; the benchmarks that time it must start TensorFlow the same way (before it loads)."""
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     if setting is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = setting
     out = subprocess.run(
-        [sys.executable, "-c", "import cli.main; from trainer_module import devices; "
+        [sys.executable, "-c", f"import {entry}; from trainer_module import devices; "
          "print(devices.onednn_enabled())"],
         cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(enabled)
