@@ -57,13 +57,12 @@ def test_fit_to_devices_keeps_xla_for_gpus_only(caplog):
     assert "No GPU: training without XLA" in caplog.text
 
 
-@pytest.mark.parametrize("entry", ["cli.main", "benchmarks.step_time",
-                                   "benchmarks.translate_speed"])
-@pytest.mark.parametrize("setting, enabled", [(None, True), ("0", False)])
-def test_nmt_and_its_speed_benchmarks_run_tensorflow_with_onednn_kernels_unless_told_not_to(
+@pytest.mark.parametrize("entry, setting, enabled", [
+    ("cli.main", None, True), ("cli.main", "0", False), ("benchmarks.step_time", None, True)])
+def test_nmt_and_its_benchmarks_run_tensorflow_with_onednn_kernels_unless_told_not_to(
         entry, setting, enabled):
     """oneDNN is what `nmt` trains and decodes with on this AVX2-only CPU, where TF leaves it
-    off; the benchmarks that time it must start TensorFlow the same way (before it loads)."""
+    off; the benchmarks, which time it, must start TensorFlow the same way."""
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     if setting is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = setting
