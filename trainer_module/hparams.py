@@ -174,7 +174,7 @@ PROFILES: dict[str, HParams] = {
     # and a high peak (2.8e-3). Each value was measured against a change of it for the same 30
     # minutes, on unseen sentences: a 0.7x or 1.5x peak, half the warm-up, 1k-token batches,
     # dropout 0.1, no label smoothing and a 1-layer decoder all translate worse; d_model 192
-    # for 1.38x the steps ties. The size and recipe follow the steps the budget
+    # for 1.45x the steps (oneDNN) ties. The size and recipe follow the steps the budget
     # buys (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's
     # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. Why each
     # value: BENCHMARKS.md, "Recipes on the dev set", "Ablation at equal wall time" and "BLEU
