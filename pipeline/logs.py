@@ -157,7 +157,12 @@ _NATIVE_NOISE = re.compile(
     rb'op_level_cost_estimator\.cc:\d+\] Error in PredictCost\(\) for the op: op: "Softmax"'
     # absl's note that precedes the first such line; it says nothing about the run.
     rb"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
-    rb"STDERR")
+    rb"STDERR"
+    # The SentencePiece library's note, each time tensorflow-text's tokenizer op loads the
+    # vocabulary (in Transform, the Trainer, the Evaluator), that the model does no
+    # normalization of its own: preprocessing.normalize has done it, by design.
+    rb"|normalizer\.cc\(\d+\) LOG\(INFO\) precompiled_charsmap is empty\. use identity "
+    rb"normalization\.")
 # A traceback that Beam's worker processes print as they exit: TF 2.16's AtomicFunction.__del__
 # reads the module global RUNTIME_FUNCTION_REFS, which interpreter shutdown has already set to
 # None; the work is done by then. Dropped: this header, the traceback lines, and that TypeError.

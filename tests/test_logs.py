@@ -54,6 +54,12 @@ os.write(2, b'W0000 00:00:1795593451.192933    3130 op_level_cost_estimator.cc:6
             b'PredictCost() for the op: op: "Softmax" attr { key: "T" value { type: DT_FLOAT } }'
             b' inputs { dtype: DT_FLOAT shape { unknown_rank: true } }\n')
 os.write(2, b"W0000 00:00:1795593451.2 3130 some_kernel.cc:1] another C++ warning\n")
+# The SentencePiece library's note as tensorflow-text's op loads a model that does no
+# normalization of its own (as Transform's vocabulary does).
+import tensorflow_text
+from transform_module import sentencepiece as sp
+tensorflow_text.SentencepieceTokenizer(model=sp.learn_model(
+    ["un chat", "le chat noir"] * 20, 12, ("<p>", "<u>", "<s>", "</s>"))).tokenize(["un chat"])
 import logging
 logging.getLogger("absl").warning("Another TFX warning.")
 # TFX's partial-run warning (nmt run --to on a fresh root), logged from its own file.
@@ -94,6 +100,7 @@ NOISE = {  # filter -> the line it drops
     "library deprecation": "tf_record_iterator (from tensorflow.python.lib.io.tf_record) is "
                            "deprecated",
     "grappler": 'Error in PredictCost() for the op: op: "Softmax"',
+    "sentencepiece": "precompiled_charsmap is empty. use identity normalization.",
     "beam worker start-up": "No semi_persistent_directory found",
     "partial run": "base run context None or new pipeline run context id: 2 not found.",
     "library info from a worker": "tensorflow_recommenders is not available.",
