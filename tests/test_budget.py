@@ -291,8 +291,8 @@ def test_the_size_sentence_says_when_hparam_overrides_the_choice(caplog):
     assert plan.recipe == {} and [h.num_layers for h in probed] == [3]
     assert plan.apply(get_profile("cpu"), overrides).num_layers == 3
     assert ("Model size: small (2+2 layers, d_model 256, dropout 0, peak learning rate 2.8e-03)."
-            " The 30-minute budget buys about 1,565 of its steps here (1.15 s per step)"
-            in caplog.text)
+            " The 30-minute budget buys about 1,565 of its steps here (1.15 s per step, timed "
+            "with the --hparam changes)" in caplog.text)
     assert ("--hparam num_layers=3 overrides it: training 3+3 layers, d_model 256, dropout 0, "
             "peak learning rate 2.8e-03") in caplog.text
 

@@ -128,9 +128,12 @@ def size_sentence(profile: HParams, chosen: int, timings: list[Timing],
     """The one log sentence that says which size trains and why, and what --hparam changed."""
     mine = next(t for t in timings if t.size is MODEL_SIZES[chosen])
     shape = describe(sized(profile, mine.size.fields, {}))
+    sized_fields = {name for size in MODEL_SIZES for name in size.fields}
+    overridden = {name: value for name, value in overrides.items() if name in sized_fields}
     sentence = (f"Model size: {mine.size.name} ({shape}). The "
                 f"{profile.train_minutes:g}-minute budget buys about {mine.expected_steps:,} of "
-                f"its steps here ({mine.step_seconds:.2f} s per step)")
+                f"its steps here ({mine.step_seconds:.2f} s per step"
+                f"{', timed with the --hparam changes' if overridden else ''})")
     if chosen + 1 < len(MODEL_SIZES):
         bigger = MODEL_SIZES[chosen + 1]
         timed = [t for t in timings if t.size is bigger]
@@ -140,8 +143,6 @@ def size_sentence(profile: HParams, chosen: int, timings: list[Timing],
                         "and is slower per step, so it was not timed"))
     elif chosen:
         sentence += f", at least the {mine.size.min_steps:,} it needs"
-    sized_fields = {name for size in MODEL_SIZES for name in size.fields}
-    overridden = {name: value for name, value in overrides.items() if name in sized_fields}
     if overridden:
         sentence += ("; --hparam " + " ".join(f"{k}={v}" for k, v in sorted(overridden.items()))
                      + f" overrides it: training {describe(mine.hparams)}")
