@@ -626,7 +626,7 @@ def _model_of_directory(graph: _Graph, model_dir: str) -> metadata_store_pb2.Art
     """The Model or PushedModel artifact whose files are `model_dir`: a pushed version's
     directory, or a Trainer's Model (its Format-Serving SavedModel); None for any other
     directory (a copy, a model of another store)."""
-    wanted = os.path.normpath(model_dir)
+    wanted = _place(model_dir)
     for artifact in sorted(graph.artifacts.values(), key=lambda a: a.id, reverse=True):
         if artifact.type == "PushedModel":
             places = [_pushed_properties(graph, artifact).get("destination")]
@@ -634,9 +634,16 @@ def _model_of_directory(graph: _Graph, model_dir: str) -> metadata_store_pb2.Art
             places = [artifact.uri, os.path.join(artifact.uri, "Format-Serving")]
         else:
             continue
-        if wanted in {os.path.normpath(p) for p in places if p}:
+        if wanted in {_place(p) for p in places if p}:
             return artifact
     return None
+
+
+def _place(directory: str) -> str:
+    """A directory as one comparable string: a local one absolute with symlinks resolved (a
+    user may name the model relative to where they stand; ML Metadata holds absolute paths),
+    a URL (gs://...) as written."""
+    return os.path.normpath(directory) if "://" in directory else os.path.realpath(directory)
 
 
 def training_examples(store: mlmd.MetadataStore, model_dir: str) -> dict[str, Any] | None:

@@ -14,7 +14,8 @@ import pytest
 import sacrebleu
 
 from components.fra_example_gen.executor import read_split
-from helpers import run_nmt, serving_dir
+from helpers import open_store, run_nmt, serving_dir
+from pipeline import metadata
 
 DEV_LINES = 60
 
@@ -99,6 +100,13 @@ def test_the_overlap_check_finds_the_seen_lines_through_lineage(evaluated, test_
         subset = ([hyps[i] for i in keep], [[refs[i] for i in keep]])
         assert score["bleu"] == pytest.approx(sacrebleu.corpus_bleu(*subset).score, abs=1e-9)
         assert score["chrf"] == pytest.approx(sacrebleu.corpus_chrf(*subset).score, abs=1e-9)
+
+
+def test_a_model_named_by_a_relative_path_is_found_through_lineage(smoke_run, monkeypatch):
+    monkeypatch.chdir(serving_dir(smoke_run.root))
+    found = metadata.training_examples(open_store(smoke_run.root), smoke_run.pushed_version)
+    assert found is not None, "ML Metadata holds absolute paths: the relative one must match"
+    assert found["train_split"] == os.path.join(smoke_run.examples_uri, "Split-train")
 
 
 def test_progress_shows_an_eta(evaluated):
