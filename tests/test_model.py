@@ -171,15 +171,15 @@ def test_a_shallow_decoder_has_its_own_depth_and_decodes_from_its_cache(sources)
         tiny_hparams(num_decoder_layers=-1)
 
 
-def test_beam_width_one_is_greedy(model, sources):
+def test_beam_width_one_without_length_penalty_is_greedy(model, sources):
+    """(With a length penalty, a width of 1 may go on past an ending that a longer hypothesis
+    could still beat, as every width does.)"""
     limits = decoding.max_decode_length(sources, model.hparams)
     tokens, scores = graph_function(lambda ids: decoding.greedy_decode(model, ids, limits))(sources)
-    beam = graph_function(
-        lambda ids, alpha: decoding.beam_search_decode(model, ids, limits, 1, alpha))
-    for alpha in (0.0, 0.6):
-        beam_tokens, beam_scores = beam(sources, alpha)
-        np.testing.assert_array_equal(beam_tokens, tokens)
-    np.testing.assert_allclose(beam(sources, 0.0)[1], scores, rtol=1e-5)
+    beam_tokens, beam_scores = graph_function(
+        lambda ids: decoding.beam_search_decode(model, ids, limits, 1, 0.0))(sources)
+    np.testing.assert_array_equal(beam_tokens, tokens)
+    np.testing.assert_allclose(beam_scores, scores, rtol=1e-5)
 
 
 def test_beam_search_scores_are_the_model_log_probs_of_its_outputs(model, sources):
@@ -197,6 +197,42 @@ def test_beam_search_scores_are_the_model_log_probs_of_its_outputs(model, source
     lengths = np.count_nonzero(tokens, axis=1)
     expected = np.where(tokens != PAD_ID, chosen, 0.0).sum(1) / ((5 + lengths) / 6) ** alpha
     np.testing.assert_allclose(scores, expected, rtol=1e-4)
+
+
+class _BigramDecoder:
+    """A next-token table in the decoder's interface (`encode`, `init_cache`, `decode_step`,
+    `reorder_cache`): logits [B, V] = table[last token]. Beam search is what is tested; a
+    table makes every hypothesis's probability known exactly."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        self._table = tf.constant(table, tf.float32)
+
+    def encode(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.zeros([tf.shape(source_ids)[0], 1, 1]), tf.ones([tf.shape(source_ids)[0], 1])
+
+    def init_cache(self, memory: tf.Tensor, source_mask: tf.Tensor, length: tf.Tensor) -> dict:
+        return {}  # the last token is all a bigram needs
+
+    def decode_step(self, tokens: tf.Tensor, step: tf.Tensor, cache: dict):
+        return tf.gather(self._table, tokens), cache
+
+    def reorder_cache(self, cache: dict, rows: tf.Tensor) -> dict:
+        return cache
+
+
+def test_beam_search_goes_on_while_a_longer_hypothesis_can_still_win():
+    """The best first step ends the sentence (p 0.52), but "x y" then END (p 0.48) scores
+    better once length-normalized: log(0.48) / ((5 + 3) / 6) ** 0.6 = -0.62 > log(0.52) = -0.65.
+    Stopping when the best extension ends (OpenNMT-py's rule) would answer the empty sentence."""
+    x, y, vocab = 4, 5, 6
+    table = np.full([vocab, vocab], -30.0)
+    table[START_ID, END_ID], table[START_ID, x] = np.log(0.52), np.log(0.48)
+    table[x, y] = table[y, END_ID] = table[END_ID, END_ID] = 30.0  # certain
+    alpha, limit = 0.6, 8
+    tokens, scores = graph_function(lambda ids: decoding.beam_search_decode(
+        _BigramDecoder(table), ids, limit, beam_width=2, alpha=alpha))(tf.ones([1, 3], tf.int32))
+    np.testing.assert_array_equal(tokens, [[x, y, END_ID]])  # stopped before the limit, too
+    np.testing.assert_allclose(scores, [np.log(0.48) / ((5 + 3) / 6) ** alpha], rtol=1e-4)
 
 
 def test_max_decode_length_counts_real_tokens_and_is_capped():

@@ -103,9 +103,12 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
 
     Each step ranks the 2 * beam_width best extensions by log-probability. An extension ending in
     END_ID (or reaching the sentence's limit) is finished if it ranks within the first beam_width;
-    the beam_width best unfinished ones go on. As in OpenNMT-py, a sentence is done once its best
-    extension ends (or at its limit); its answer is the finished hypothesis with the best score
-    log_prob / length_penalty. With beam_width=1 this is exactly greedy decoding.
+    the beam_width best unfinished ones go on. The answer is the finished hypothesis with the
+    best score log_prob / length_penalty. A sentence is done at its limit, or once no unfinished
+    hypothesis can beat its best finished one even at the limit: not, as in OpenNMT-py, as soon
+    as its most probable extension ends, which would ignore the length penalty and answer short
+    (BENCHMARKS.md, "Decoding speed"). With beam_width=1 and alpha=0 this is exactly greedy
+    decoding.
 
     Returns token_ids [B, L] int32 and scores [B] float32 (length-normalized log-probability;
     the plain sum when alpha is 0).
@@ -145,7 +148,10 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
         alive_last = tf.gather(token, keep, batch_dims=1)
         rows = tf.gather(parent, keep, batch_dims=1) + tf.range(batch_size)[:, None] * beam_width
         cache = model.reorder_cache(cache, tf.reshape(rows, [-1]))
-        done |= ends[:, 0] | at_limit
+        # Log-probabilities only fall as a hypothesis grows, and the penalty only rises up to
+        # the limit: no unfinished one can score above this.
+        best_possible = alive_log_probs[:, 0] / _length_penalty(limits, alpha)
+        done |= at_limit | (finished_scores[:, 0] >= best_possible)
         return (step + 1, alive_tokens, alive_log_probs, alive_last, cache,
                 finished_tokens, finished_scores, done)
 

@@ -101,7 +101,7 @@ class HParams:
     decode_max_extra_tokens: int = 10
     decode_max_length: int = 256
     beam_width: int = 4
-    beam_alpha: float = 0.6  # GNMT length penalty ((5 + length) / 6) ** alpha
+    beam_alpha: float = 1.0  # GNMT length penalty ((5 + length) / 6) ** alpha; BENCHMARKS.md
 
     def __post_init__(self) -> None:
         if self.d_model % self.num_heads:
