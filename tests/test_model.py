@@ -233,6 +233,8 @@ def test_beam_search_goes_on_while_a_longer_hypothesis_can_still_win():
         _BigramDecoder(table), ids, limit, beam_width=2, alpha=alpha))(tf.ones([1, 3], tf.int32))
     np.testing.assert_array_equal(tokens, [[x, y, END_ID]])  # stopped before the limit, too
     np.testing.assert_allclose(scores, [np.log(0.48) / ((5 + 3) / 6) ** alpha], rtol=1e-4)
+    with pytest.raises(ValueError, match="beam_alpha must be >= 0"):
+        tiny_hparams(beam_alpha=-0.5)  # a falling penalty would void the stop rule's bound
 
 
 def test_max_decode_length_counts_real_tokens_and_is_capped():

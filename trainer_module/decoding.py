@@ -149,7 +149,7 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
         rows = tf.gather(parent, keep, batch_dims=1) + tf.range(batch_size)[:, None] * beam_width
         cache = model.reorder_cache(cache, tf.reshape(rows, [-1]))
         # Log-probabilities only fall as a hypothesis grows, and the penalty only rises up to
-        # the limit: no unfinished one can score above this.
+        # the limit (alpha >= 0, HParams checks): no unfinished one can score above this.
         best_possible = alive_log_probs[:, 0] / _length_penalty(limits, alpha)
         done |= at_limit | (finished_scores[:, 0] >= best_possible)
         return (step + 1, alive_tokens, alive_log_probs, alive_last, cache,

@@ -132,6 +132,8 @@ class HParams:
             raise ValueError(f"train_minutes must be >= 0, got {self.train_minutes}")
         if self.beam_width < 1:
             raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
+        if self.beam_alpha < 0:  # beam search's stop rule needs a penalty that never falls
+            raise ValueError(f"beam_alpha must be >= 0, got {self.beam_alpha}")
         if self.cache_megabytes < 0:
             raise ValueError(f"cache_megabytes must be >= 0 (0: never cache), got "
                              f"{self.cache_megabytes}")
