@@ -411,6 +411,23 @@ def test_loss_and_metrics_ignore_padding():
     np.testing.assert_allclose(perplexity.result(), np.exp(nll.mean()), rtol=1e-5)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_loss_gradient_is_softmax_minus_the_smoothed_target_at_real_tokens(smoothing):
+    """The written-out gradient of the loss equals the analytic one: for each real token,
+    (softmax - ((1 - eps) * one_hot(label) + eps / V)) / number of real tokens; 0 at PAD."""
+    rng = np.random.default_rng(9)
+    labels = np.array([[5, 6, 7, END_ID], [8, END_ID, PAD_ID, PAD_ID]], np.int32)
+    logits = tf.Variable(rng.normal(scale=3.0, size=[2, 4, 10]).astype(np.float32))
+    with tf.GradientTape() as tape:
+        loss = optimization.masked_cross_entropy(labels, logits, smoothing)
+    gradient = tape.gradient(loss, logits).numpy()
+
+    probs = tf.nn.softmax(logits).numpy()
+    target = (1 - smoothing) * np.eye(10)[labels] + smoothing / 10
+    real = (labels != PAD_ID)[..., None]
+    np.testing.assert_allclose(gradient, (probs - target) * real / real.sum(), atol=1e-7)
+
+
 @pytest.mark.parametrize("layer, inputs", [
     (TokenEmbedding(30, 16), lambda: [tf.constant([[5, 6, 0]])]),
     (MultiHeadAttention(16, 4), lambda: [tf.ones([2, 3, 16]), tf.ones([2, 5, 16]),

@@ -25,12 +25,53 @@ def token_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
 
     With smoothing eps the target is (1 - eps) * one_hot(label) + eps / V everywhere (as Keras'
     CategoricalCrossentropy), i.e. (1 - eps) * NLL + eps * mean over the vocabulary of -log p.
+
+    Its gradient is written out, softmax minus the target: TensorFlow's own gradient of the
+    label's gather is a dense UnsortedSegmentSum over [B, T, V], the costliest op of a CPU
+    training step (BENCHMARKS.md, "Where a training step's time goes"). The forward ops are
+    those of plain TensorFlow, so a graph that also asks for the unsmoothed loss (the
+    perplexity metric) computes the shared part once.
     """
-    logits = tf.cast(logits, tf.float32)
-    log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
-    nll = log_normalizer - tf.gather(logits, tf.cast(labels, tf.int32), batch_dims=2)
-    uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)
-    return (1.0 - label_smoothing) * nll + label_smoothing * uniform
+    labels = tf.cast(labels, tf.int32)
+    return _cross_entropy(labels, label_smoothing)(tf.cast(logits, tf.float32))
+
+
+def shifted_logits(logits: tf.Tensor) -> tf.Tensor:
+    """logits minus each position's largest logit [B, T, V] (<= 0; 0 at the argmax)."""
+    return logits - tf.reduce_max(logits, axis=-1, keepdims=True)
+
+
+def _cross_entropy(labels: tf.Tensor, label_smoothing: float):
+    """logits [B, T, V] float32 -> `token_cross_entropy` [B, T], with its gradient."""
+
+    @tf.custom_gradient
+    def cross_entropy(logits: tf.Tensor):
+        shifted = shifted_logits(logits)  # exp cannot overflow
+        exp = tf.exp(shifted)
+        normalizer = tf.reduce_sum(exp, axis=-1)
+        log_normalizer = tf.math.log(normalizer)
+        loss = log_normalizer - tf.gather(shifted, labels, batch_dims=2)
+        if label_smoothing:
+            uniform = log_normalizer - tf.reduce_mean(shifted, axis=-1)
+            loss = (1.0 - label_smoothing) * loss + label_smoothing * uniform
+
+        def gradient(upstream: tf.Tensor) -> tf.Tensor:
+            """upstream [B, T] -> upstream * (softmax - target) [B, T, V]."""
+            with tf.name_scope("cross_entropy_gradient"):  # else its ops have no scope
+                vocab_size = tf.cast(tf.shape(logits)[-1], tf.float32)
+                grad = exp * (upstream / normalizer)[..., None]
+                if label_smoothing:
+                    grad -= (upstream * (label_smoothing / vocab_size))[..., None]
+                rows = tf.reshape(grad, [-1, tf.shape(grad)[-1]])  # one per (b, t)
+                at_labels = tf.stack([tf.range(tf.shape(rows)[0]), tf.reshape(labels, [-1])],
+                                     axis=1)
+                rows = tf.tensor_scatter_nd_sub(
+                    rows, at_labels, tf.reshape(upstream, [-1]) * (1.0 - label_smoothing))
+                return tf.reshape(rows, tf.shape(grad))
+
+        return loss, gradient
+
+    return cross_entropy
 
 
 def masked_cross_entropy(labels: tf.Tensor, logits: tf.Tensor, label_smoothing: float = 0.0,
@@ -71,15 +112,18 @@ class GlobalTokenMeanLoss(keras.losses.Loss):
 
 
 class MaskedAccuracy(keras.metrics.Mean):
-    """Fraction of non-PAD target tokens whose argmax prediction is right."""
+    """Fraction of non-PAD target tokens whose label has the largest logit (a tie counts as
+    right: it has probability zero for trained float logits)."""
 
     def __init__(self, name: str = "masked_accuracy", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
 
     def update_state(self, labels: tf.Tensor, logits: tf.Tensor,
                      sample_weight: None = None) -> tf.Operation:
-        correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32),
-                           tf.cast(labels, tf.int32))
+        # The label's logit is the largest. The same ops as the loss's, which the graph
+        # computes once: an argmax would be another pass over [B, T, V].
+        correct = tf.gather(shifted_logits(tf.cast(logits, tf.float32)),
+                            tf.cast(labels, tf.int32), batch_dims=2) >= 0.0
         return super().update_state(tf.cast(correct, tf.float32),
                                     sample_weight=_token_weights(labels))
 
