@@ -28,7 +28,7 @@ def token_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
 
     Its gradient is written out, softmax minus the target: TensorFlow's own gradient of the
     label's gather is a dense UnsortedSegmentSum over [B, T, V], the costliest op of a CPU
-    training step (BENCHMARKS.md, "Where a training step's time goes"). The forward ops are
+    training step (BENCHMARKS.md, "Training time per step"). The forward ops are
     those of plain TensorFlow, so a graph that also asks for the unsmoothed loss (the
     perplexity metric) computes the shared part once.
     """
@@ -112,8 +112,9 @@ class GlobalTokenMeanLoss(keras.losses.Loss):
 
 
 class MaskedAccuracy(keras.metrics.Mean):
-    """Fraction of non-PAD target tokens whose label has the largest logit (a tie counts as
-    right: it has probability zero for trained float logits)."""
+    """Fraction of non-PAD target tokens whose label has the largest logit. A label tied with
+    the largest counts as right (bfloat16 logits do tie; an argmax would pick the tied id
+    with the lowest number, no better a choice)."""
 
     def __init__(self, name: str = "masked_accuracy", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
