@@ -1,5 +1,5 @@
 """Training-loop settings: precision choice, exact step counts, checkpoints, progress ETA,
-the order of training batches."""
+the order of training batches and the pairs joined into one example."""
 from __future__ import annotations
 
 import dataclasses
@@ -253,3 +253,42 @@ def test_a_shuffle_buffer_covering_the_split_removes_the_length_trend():
     assert abs(stats.spearmanr(range(len(full)), full).statistic) < 0.1
     partial = _epoch_of_batch_lengths(dataclasses.replace(cpu, shuffle_pairs=TRAIN_PAIRS // 3))
     assert stats.spearmanr(range(len(partial)), partial).statistic > 0.5
+
+
+def _joined(fraction: float, lengths: list[int], max_length: int = 8) -> list[tuple[list, list]]:
+    """`join_pairs` over pairs of these source lengths (target: the source + 100, then 99)."""
+    sources = [list(range(1, n + 1)) for n in lengths]
+    pairs = tf.data.Dataset.from_generator(
+        lambda: ((s, [100 + x for x in s] + [99]) for s in sources),
+        output_signature=(tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32)))
+    hparams = HParams(joined_pairs=fraction, max_source_length=max_length,
+                      max_target_length=max_length + 1)
+    return [(s.tolist(), t.tolist())
+            for s, t in input_pipeline.join_pairs(pairs, hparams, seed=0).as_numpy_iterator()]
+
+
+def test_joined_pairs_put_the_second_pair_after_the_first_on_both_sides():
+    lengths = [3, 2, 5, 1, 4, 2, 3]
+    alone = _joined(0.0, lengths)
+    assert [len(s) for s, _ in alone] == lengths
+    every = _joined(1.0, lengths)
+    # Windows of two: (3, 2), (5, 1) and (4, 2) fit 8 source tokens and 9 target tokens
+    # joined; the last pair has no partner.
+    assert every == [(alone[0][0] + alone[1][0], alone[0][1] + alone[1][1]),
+                     (alone[2][0] + alone[3][0], alone[2][1] + alone[3][1]),
+                     (alone[4][0] + alone[5][0], alone[4][1] + alone[5][1]),
+                     alone[6]]
+
+
+def test_a_join_too_long_for_the_model_is_not_made_and_no_pair_is_lost():
+    alone = _joined(0.0, [6, 5, 1, 2])
+    assert _joined(1.0, [6, 5, 1, 2]) == [
+        alone[0], alone[1], (alone[2][0] + alone[3][0], alone[2][1] + alone[3][1])]
+
+
+def test_about_the_asked_fraction_of_pairs_is_joined():
+    windows = 2_000
+    joined = _joined(0.25, [1] * 2 * windows)
+    made = sum(len(s) == 2 for s, _ in joined)
+    assert sum(len(s) for s, _ in joined) == 2 * windows  # no pair lost
+    assert abs(made / windows - 0.25) < 0.04

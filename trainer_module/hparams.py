@@ -72,6 +72,10 @@ class HParams:
     # buffer smaller than the ~133k training pairs makes each pass run from short to long.
     shuffle_pairs: int = 50_000
     seed: int = 0  # shuffling: the same on every worker (their shards are disjoint anyway)
+    # This fraction of the shuffled training pairs, two by two, are joined end to end into one
+    # two-sentence example (input_pipeline.join_pairs): fra.txt's pairs are single short
+    # sentences, and a model that never saw a longer input breaks down on one.
+    joined_pairs: float = 0.0
     # A worker caches its training pairs in memory only if they fit this (0: never); else each
     # epoch reads them again (input_pipeline.py).
     cache_megabytes: int = 4096
@@ -120,6 +124,8 @@ class HParams:
             raise ValueError(f"cooldown_fraction must be in [0, 1], got {self.cooldown_fraction}")
         if not 0.0 <= self.ema_momentum < 1.0:
             raise ValueError(f"ema_momentum must be in [0, 1), got {self.ema_momentum}")
+        if not 0.0 <= self.joined_pairs <= 1.0:
+            raise ValueError(f"joined_pairs must be in [0, 1], got {self.joined_pairs}")
         if not 0.0 <= self.average_fraction <= 1.0:
             raise ValueError(f"average_fraction must be in [0, 1], got {self.average_fraction}")
         if self.precision not in PRECISIONS:
@@ -178,16 +184,17 @@ PROFILES: dict[str, HParams] = {
     # dropout 0.1, no label smoothing and a 1-layer decoder all translate worse; d_model 192
     # for 1.45x the steps (oneDNN) ties. The size and recipe follow the steps the budget
     # buys (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's
-    # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. Why each
-    # value: BENCHMARKS.md, "Recipes on the dev set", "Ablation at equal wall time" and "BLEU
-    # against training time". Assumes ~8k-subword vocabularies (4k pieces buy 1.39x the
-    # steps and translate worse).
+    # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. A quarter of
+    # the pairs joined two by two: +1.0 there, from the longer sentences. Why each value:
+    # BENCHMARKS.md, "Recipes on the dev set", "Recipes at the AMX Xeon's step count",
+    # "Ablation at equal wall time" and "BLEU against training time". Assumes ~8k-subword
+    # vocabularies (4k pieces buy 1.39x the steps and translate worse).
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, average_fraction=0.25,
-        batch_tokens=2048, train_steps=0, train_minutes=30.0, adapt_recipe=True,
-        checkpoint_every=500, max_source_length=50, max_target_length=50, decode_max_length=100,
-        precision="auto", min_bleu=10.0),
+        batch_tokens=2048, joined_pairs=0.25, train_steps=0, train_minutes=30.0,
+        adapt_recipe=True, checkpoint_every=500, max_source_length=50, max_target_length=50,
+        decode_max_length=100, precision="auto", min_bleu=10.0),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it. The weights of the last
     # quarter averaged, as the GPU anchor's were (+1.0 BLEU there on unseen sentences).

@@ -36,7 +36,7 @@ def token_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
     return _cross_entropy(labels, label_smoothing)(tf.cast(logits, tf.float32))
 
 
-def shifted_logits(logits: tf.Tensor) -> tf.Tensor:
+def _shifted_logits(logits: tf.Tensor) -> tf.Tensor:
     """logits minus each position's largest logit [B, T, V] (<= 0; 0 at the argmax)."""
     return logits - tf.reduce_max(logits, axis=-1, keepdims=True)
 
@@ -46,7 +46,7 @@ def _cross_entropy(labels: tf.Tensor, label_smoothing: float):
 
     @tf.custom_gradient
     def cross_entropy(logits: tf.Tensor):
-        shifted = shifted_logits(logits)  # exp cannot overflow
+        shifted = _shifted_logits(logits)  # exp cannot overflow
         exp = tf.exp(shifted)
         normalizer = tf.reduce_sum(exp, axis=-1)
         log_normalizer = tf.math.log(normalizer)
@@ -58,9 +58,9 @@ def _cross_entropy(labels: tf.Tensor, label_smoothing: float):
         def gradient(upstream: tf.Tensor) -> tf.Tensor:
             """upstream [B, T] -> upstream * (softmax - target) [B, T, V]."""
             with tf.name_scope("cross_entropy_gradient"):  # else its ops have no scope
-                vocab_size = tf.cast(tf.shape(logits)[-1], tf.float32)
                 grad = exp * (upstream / normalizer)[..., None]
                 if label_smoothing:
+                    vocab_size = tf.cast(tf.shape(logits)[-1], tf.float32)
                     grad -= (upstream * (label_smoothing / vocab_size))[..., None]
                 rows = tf.reshape(grad, [-1, tf.shape(grad)[-1]])  # one per (b, t)
                 at_labels = tf.stack([tf.range(tf.shape(rows)[0]), tf.reshape(labels, [-1])],
@@ -123,7 +123,7 @@ class MaskedAccuracy(keras.metrics.Mean):
                      sample_weight: None = None) -> tf.Operation:
         # The label's logit is the largest. The same ops as the loss's, which the graph
         # computes once: an argmax would be another pass over [B, T, V].
-        correct = tf.gather(shifted_logits(tf.cast(logits, tf.float32)),
+        correct = tf.gather(_shifted_logits(tf.cast(logits, tf.float32)),
                             tf.cast(labels, tf.int32), batch_dims=2) >= 0.0
         return super().update_state(tf.cast(correct, tf.float32),
                                     sample_weight=_token_weights(labels))
