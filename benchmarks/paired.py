@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     references = [[r] for r in read_lines(args.reference)]
     base = bleu_statistics(read_lines(args.baseline), references)
+    sources = read_lines(args.source) if args.source else None
     results = {}
     for path in args.candidate:
         candidate = bleu_statistics(read_lines(path), references)
@@ -72,8 +73,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{path}: BLEU {result['candidate_bleu']:.2f} against {result['baseline_bleu']:.2f}"
               f" ({result['difference']:+.2f}, paired bootstrap sd {result['bootstrap_std']:.2f}"
               f", not better in {100 * result['p_not_better']:.1f} % of resamples)")
-        if args.source:
-            result["by_english_length"] = by_length(read_lines(args.source), base, candidate)
+        if sources:
+            result["by_english_length"] = by_length(sources, base, candidate)
             print("  by English length: " + "; ".join(
                 f"{name} words ({b['sentences']}): {b['candidate_bleu']:.2f} against "
                 f"{b['baseline_bleu']:.2f}" for name, b in result["by_english_length"].items()))

@@ -192,14 +192,11 @@ def join_pairs(pairs: tf.data.Dataset, hparams: HParams, seed: int) -> tf.data.D
 
     draws = tf.data.Dataset.random(seed=seed).map(
         lambda n: tf.cast(n % 1_000_000, tf.float32) / 1_000_000)
+    # The rows of a ragged batch come out as plain tensors, but their spec still says ragged
+    # (ragged_rank 0), which padded batching refuses: passing them through a map fixes the spec.
     return (tf.data.Dataset.zip((pairs.ragged_batch(2), draws))
             .flat_map(split_or_join)
-            .map(lambda s, t: (_dense(s), _dense(t))))
-
-
-def _dense(row: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
-    """A row of a ragged batch, sliced by `from_tensor_slices`, as a plain 1-D tensor."""
-    return row.to_tensor() if isinstance(row, tf.RaggedTensor) else row
+            .map(lambda source, target: (source, target)))
 
 
 def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTransformOutput,
