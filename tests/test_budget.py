@@ -236,7 +236,8 @@ DEEPER, BASE = (size.fields for size in MODEL_SIZES[1:])
 
 @pytest.mark.parametrize("small, minutes, timed, chosen", [
     (0.79, 30, 1, {}),  # AVX2 EPYC: 2,278 steps, too few for deeper to be worth timing
-    (0.275, 30, 2, {}),  # AVX-512 EPYC: deeper timed, 4,483 of its steps < 4,800
+    (0.275, 30, 1, {}),  # AVX-512 EPYC: 6,545 small steps, too few for deeper to be timed
+    (0.2, 30, 2, {}),  # a faster CPU: deeper timed, 6,164 of its steps < its 7,000
     (0.275, 60, 2, DEEPER),  # the same in an hour: deeper 8,966 steps, < base's 9,000
     (0.275, 120, 3, DEEPER),  # cpu_2h there: deeper 17,933 steps, base timed: 2,618
 ])
@@ -330,17 +331,17 @@ def test_the_plan_probes_both_precisions_and_logs_its_choice(monkeypatch, caplog
     step_seconds = {("float32", 2): 0.289, ("mixed_bfloat16", 2): 0.215,  # avx512_bf16
                     ("mixed_bfloat16", 3): 0.314}
     probed = []
-    hparams = dataclasses.replace(get_profile("cpu"), train_minutes=30.0)
+    hparams = dataclasses.replace(get_profile("cpu"), train_minutes=40.0)
     with caplog.at_level(logging.INFO, logger="trainer_module.budget"):
         plan = budget.make_plan(
             hparams, lambda h: probed.append(h.precision) or step_seconds[h.precision,
                                                                            h.num_layers],
-            tf.distribute.get_strategy(), lambda: 1800.0, gpus=0)
+            tf.distribute.get_strategy(), lambda: 2400.0, gpus=0)
     assert probed == ["float32", "mixed_bfloat16", "mixed_bfloat16"]
     assert plan.precision == "mixed_bfloat16" and plan.recipe == DEEPER
     assert "Training precision: mixed_bfloat16 (auto: the CPU has bfloat16 units" in caplog.text
     assert "1.34x faster" in caplog.text
-    assert "about 5,732 of its steps here (0.31 s per step)" in caplog.text  # 1800 / 0.314
+    assert "about 7,643 of its steps here (0.31 s per step)" in caplog.text  # 2400 / 0.314
 
 
 def test_the_probe_times_training_steps_as_fit_runs_them():
