@@ -185,10 +185,10 @@ PROFILES: dict[str, HParams] = {
     # for 1.45x the steps (oneDNN) ties. The size and recipe follow the steps the budget
     # buys (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's
     # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. Half the pairs
-    # joined two by two: +1.75 there (a quarter: +0.99), at the same step time. Why each value:
-    # BENCHMARKS.md, "Recipes on the dev set", "Recipes at the AMX Xeon's step count",
-    # "Ablation at equal wall time" and "BLEU against training time". Assumes ~8k-subword
-    # vocabularies (4k pieces buy 1.39x the steps and translate worse).
+    # joined two by two: +1.75 there (a quarter: +0.99; three quarters: -0.4), at the same step
+    # time. Why each value: BENCHMARKS.md, "Recipes on the dev set", "Recipes at the AMX
+    # Xeon's step count", "Ablation at equal wall time" and "BLEU against training time".
+    # Assumes ~8k-subword vocabularies (4k pieces buy 1.39x the steps and translate worse).
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, average_fraction=0.25,
