@@ -235,7 +235,8 @@ MODEL_SIZES = (
               7_000),
     # The anchor's recipe (the paper's base, dropout 0.3, 1,500 warm-up steps to a peak of
     # 1e-3; mixed precision and XLA on GPUs): 4,660 steps of 16k tokens scored 34.4 on unseen
-    # sentences, against 22.6 for the CPU's best. 8k-token batches fit smaller GPUs; it needs
+    # sentences, against 28.5 on the same lines for the CPU default of 7fc818b (issue #38; not
+    # the dev set's lines). 8k-token batches fit smaller GPUs; it needs
     # the anchor's training tokens, 4,660 x 16k = about 9,000 x 8k.
     ModelSize("base", {"num_layers": 6, "d_model": 512, "num_heads": 8, "dff": 2048,
                        "dropout_rate": 0.3, "warmup_steps": 1500, "learning_rate_scale": 0.88,
