@@ -16,7 +16,7 @@ TEST_WORKERS ?= 2
 # program outside the venv (markers: pytest.ini, applied in tests/conftest.py).
 FAST_MARKERS := not (pipeline or external or kubeflow or distributed or slow)
 
-.PHONY: venv run test test-fast clean chromium mariadb
+.PHONY: venv run test test-fast clean chromium mariadb java flink flink-if-java
 
 venv: $(VENV)/.installed
 
@@ -28,8 +28,30 @@ $(VENV)/.installed: setup.py constraints.txt
 	$(BIN)/pip install --quiet $(PIP_FLAGS) -e '.[test]'
 	touch $@
 
-run: venv
+run: venv flink-if-java
 	$(BIN)/nmt run $(ARGS)
+
+# `nmt run --beam-runner flink` runs Beam's Flink job server (pipeline/flink-job-server.pom.xml):
+# Maven resolves its jars into ~/.m2 and the classpath goes beside the venv's Python, where
+# pipeline/flink.py reads it. Nothing is fetched at run time.
+FLINK_CLASSPATH := $(VENV)/share/nmt/flink-job-server.classpath
+flink: venv $(FLINK_CLASSPATH)
+
+$(FLINK_CLASSPATH): pipeline/flink-job-server.pom.xml
+	@command -v java >/dev/null || { echo "make flink: Java is missing (OpenJDK 17: apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "make flink: Maven is missing (apt-get install maven)"; exit 1; }
+	mkdir -p $(dir $@)
+	mvn -q -f pipeline/flink-job-server.pom.xml dependency:build-classpath -Dmdep.outputFile=$(abspath $@)
+
+# `make run` sets Flink up where Java and Maven are there, and says in one line when not.
+flink-if-java: venv
+	@if command -v java >/dev/null && command -v mvn >/dev/null; then $(MAKE) --no-print-directory flink; \
+	else echo "make run: no Java 17 or Maven here, so --beam-runner flink is not set up (make java flink does it)"; fi
+
+# The Flink tests need Java 17 and Maven (Debian's packages; needs root).
+java:
+	command -v java >/dev/null && command -v mvn >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven)
 
 # The run report's test opens the HTML in headless Chromium (Debian's package; needs root).
 chromium:
@@ -44,7 +66,7 @@ mariadb:
 
 # The whole suite, as CI runs it (.ci/run), with the 15 slowest tests and the CPU time of the
 # 10 costliest modules (what decides the time on 2 workers) listed at the end.
-test: venv chromium mariadb
+test: venv chromium mariadb java flink
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15 --cpu-durations=10 \
 		$(PYTEST_ARGS) tests
 

@@ -82,10 +82,12 @@ def _runs_tables(runs: list[dict[str, Any]]) -> list[Table]:
     for run in runs:
         for index, component in enumerate(run["components"] or [{}]):
             first = {"run": run["run"], "status": run["status"], "start": run["start"],
-                     "run_seconds": run["duration_s"]} if index == 0 else {}
+                     "run_seconds": run["duration_s"],
+                     "engine": run["engine"] or "-"} if index == 0 else {}
             rows.append({**first, **component})
     return [("", rows, [("run", "RUN"), ("status", "STATUS"), ("start", "STARTED"),
-                        ("run_seconds", "SECONDS"), ("component", "COMPONENT"),
+                        ("run_seconds", "SECONDS"), ("engine", "BEAM ENGINE"),
+                        ("component", "COMPONENT"),
                         ("state", "STATE"), ("duration_s", "SECONDS")])]
 
 

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import os
 
 from components.fra_example_gen import parser
 from components.fra_example_gen.splits import parse_split_percentages
+from cli.errors import UsageError
 from pipeline import config as config_lib
 from pipeline import data_source, run_lock
 from pipeline.training_flags import add_training_flags, positive_int, training_config
@@ -28,9 +32,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                      default=parser.DEFAULT_MAX_REFERENCES,
                      help="French references kept per English sentence, the rest counted "
                           "(default %(default)s, the schema's limit)")
+    run.add_argument("--beam-runner", choices=("direct", "flink"), default="direct",
+                     help="the Beam engine of ExampleGen, StatisticsGen, Transform and the "
+                          "Evaluator: direct (default: in memory, here) or flink (Apache Flink "
+                          "through Beam's portable runner: an embedded cluster using every "
+                          "core, or --flink-master; set up by `make flink`)")
+    run.add_argument("--flink-master", metavar="HOST:PORT",
+                     help="with --beam-runner flink: a running Flink 1.16 cluster's REST "
+                          "address instead of an embedded one")
     run.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
-                     help="Beam pipeline argument, repeatable (default: "
-                          + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")")
+                     help="Beam pipeline argument, repeatable (default with --beam-runner "
+                          "direct: " + " ".join(config_lib.DEFAULT_BEAM_ARGS) + "; with flink "
+                          "they are added to the engine's)")
     add_training_flags(run)
     run.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, choices=TOKENIZERS,
                      help="sentencepiece: a unigram-LM subword model learned by Transform "
@@ -67,6 +80,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.flink_master and args.beam_runner != "flink":
+        raise UsageError("--flink-master goes with --beam-runner flink.")
     data_path = data_source.resolve_data_path(args.data)
     kwargs = {}
     if args.pipeline_root:
@@ -81,12 +96,22 @@ def run_command(args: argparse.Namespace) -> int:
         max_metric_drop=args.max_metric_drop,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)
-    with run_lock.pipeline_root_lock(config.pipeline_root):  # refuses before loading TFX
+    engine = contextlib.nullcontext()
+    if args.beam_runner == "flink":
+        from pipeline import flink
+
+        flink.check(args.flink_master)  # a missing Java or cluster: before anything is written
+        engine = flink.flink_engine(os.path.join(config.pipeline_root, "flink"),
+                                    args.flink_master)
+    with run_lock.pipeline_root_lock(config.pipeline_root), engine as started:
         from components.strict_example_validator import DataValidationError
         from pipeline import local_runner
 
+        if started is not None:
+            config = dataclasses.replace(
+                config, beam_pipeline_args=started.beam_args + tuple(args.beam_args or ()))
         try:
-            local_runner.run(config, args.to_component)
+            local_runner.run(config, args.to_component, flink_engine=started)
         except (DataValidationError, parser.InputDataError) as err:
             # Bad data found by the run is a failed run (status 1), not a usage error as
             # when resolve_data_path finds it before anything starts.

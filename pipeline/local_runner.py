@@ -7,6 +7,7 @@ the blessing (which thresholds a rejected model missed), the pushed version, wha
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -19,8 +20,11 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.utils import dependency_utils
 
+from pipeline import flink
+from pipeline import metadata as metadata_lib
 from pipeline import run_summary
 from pipeline.config import PipelineConfig, pipeline_arguments
+from pipeline.flink import FlinkEngine
 from pipeline.pipeline import create_pipeline
 from pipeline.run_lock import RunError
 
@@ -59,6 +63,30 @@ def runs_in_process(beam_pipeline_args: tuple[str, ...]) -> bool:
     return runner in (None, "DirectRunner", "direct")
 
 
+def direct_engine(beam_pipeline_args: tuple[str, ...]) -> str:
+    """How a run on Beam's DirectRunner executes, in the words `nmt metadata runs` shows."""
+    options = PipelineOptions(flags=list(beam_pipeline_args)).get_all_options()
+    mode, workers = options.get("direct_running_mode"), options.get("direct_num_workers")
+    if mode in (None, "in_memory") and workers in (None, 1):
+        return "direct (in memory)"
+    return f"direct ({mode or 'in_memory'}, {workers or 'all cores as'} workers)"
+
+
+def name_flink_jobs(pipeline: tfx_pipeline.Pipeline) -> None:
+    """Each Beam component's Flink job is named after it (the log and the summary show it)."""
+    from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
+
+    for component in pipeline.components:
+        if isinstance(component, BaseBeamComponent):
+            component.with_beam_pipeline_args([f"--job_name=nmt-{component.id}"])
+
+
+def _first_line(err: BaseException) -> str:
+    """The error's own first line, without the traceback text Beam folds into messages."""
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
 class _CurrentComponent(logging.Handler):
     """Remembers which component LocalDagRunner started last (it logs through absl)."""
 
@@ -71,40 +99,66 @@ class _CurrentComponent(logging.Handler):
             self.component = str(record.args[0])
 
 
-def run(config: PipelineConfig, to_component: str | None = None) -> None:
+def _record_engine(config: PipelineConfig, engine: str) -> None:
+    """On the newest run's context, if the run got as far as creating one."""
+    if os.path.exists(config.metadata_path):
+        store = metadata_lib.connect(metadata.sqlite_metadata_connection_config(
+            config.metadata_path))  # read-write, as the run's own
+        with contextlib.suppress(metadata_lib.MetadataError):
+            metadata_lib.record_engine(store, metadata_lib.get_run(store)["run"], engine)
+
+
+def run(config: PipelineConfig, to_component: str | None = None,
+        flink_engine: FlinkEngine | None = None) -> None:
     """Runs the components in order (up to `to_component` if given); unchanged ones are cached.
-    Logs the run's summary at the end. The caller holds the pipeline root's lock (run_lock)."""
+    Logs the run's summary at the end. The caller holds the pipeline root's lock (run_lock)
+    and, for Flink, has started `flink_engine`, whose Beam flags `config` carries."""
     started = time.monotonic()
-    _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s)%s.",
+    engine = flink_engine.description if flink_engine else direct_engine(
+        config.beam_pipeline_args)
+    _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s, Beam engine %s)%s.",
               config.pipeline_name, config.data_path, config.pipeline_root,
-              config.metadata_path, f", up to {to_component}" if to_component else "")
+              config.metadata_path, engine, f", up to {to_component}" if to_component else "")
     run_options = None
     if to_component:
         run_options = tfx_pipeline.RunOptions(to_nodes=[to_component])
-    if runs_in_process(config.beam_pipeline_args):
+    if flink_engine or runs_in_process(config.beam_pipeline_args):
         # TFX builds an sdist of itself before every Beam component (5-10 s each, writing a
         # copy of its sources to /tmp) so that remote workers can import it; the
-        # DirectRunner runs here, where TFX is installed.
+        # DirectRunner runs here, and Flink's SDK workers run this venv's Python (or, on a
+        # cluster, the project's image), where TFX is installed.
         dependency_utils.make_beam_dependency_flags = list
+    pipeline = build(config)
+    if flink_engine:
+        name_flink_jobs(pipeline)
     current = _CurrentComponent()
     logging.getLogger("absl").addHandler(current)
     # TFX's Beam executors parse sys.argv with absl's flags (base_beam_executor.py), which
     # would read nmt's -v as absl's --verbosity and fail: they get the program name only.
     argv, sys.argv = sys.argv, sys.argv[:1]
     try:
-        LocalDagRunner().run(build(config), run_options=run_options)
-    except Exception as err:  # only a full disk is rephrased; anything else is a bug
+        LocalDagRunner().run(pipeline, run_options=run_options)
+    except Exception as err:  # a full disk and a failed Flink job are rephrased, not bugs
         reason = out_of_space(err)
-        if not reason:
-            raise
-        raise RunError(f"{current.component} could not write its output ({reason}); nothing "
-                       "was published: free some space and run the same command again "
-                       "(finished components are reused).") from err
+        if reason:
+            raise RunError(f"{current.component} could not write its output ({reason}); "
+                           "nothing was published: free some space and run the same command "
+                           "again (finished components are reused).") from err
+        if flink_engine:
+            raise RunError(f"{current.component} failed on Flink ({_first_line(err)}); nothing "
+                           "was published. The job server's log: "
+                           f"{flink_engine.log_path}. Run the same command again: finished "
+                           "components are reused.") from err
+        raise
     finally:
         sys.argv = argv
         logging.getLogger("absl").removeHandler(current)
+        _record_engine(config, engine)
     stopped_at = None if to_component == _LAST_COMPONENT else to_component
-    facts = run_summary.collect(config, time.monotonic() - started, stopped_at)
+    facts = run_summary.collect(config, time.monotonic() - started, stopped_at,
+                                engine=engine, flink_jobs=(
+                                    flink.jobs_in_log(flink_engine.log_path)
+                                    if flink_engine else ()))
     # A warning when the candidate was rejected: the run did not deliver a new model.
     rejected = facts.verdict is not None and not facts.verdict.blessed
     _LOG.log(logging.WARNING if rejected else logging.INFO,

@@ -41,6 +41,7 @@ from ml_metadata.proto import metadata_store_pb2
 from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE
 
 RUN_CONTEXT, PIPELINE_CONTEXT, NODE_CONTEXT = "pipeline_run", "pipeline", "node"
+ENGINE_PROPERTY = "beam_engine"  # `nmt run` records it on the run's context (record_engine)
 KFP_RUN_CONTEXT, KFP_PIPELINE_CONTEXT = "system.PipelineRun", "system.Pipeline"
 # KFP executions that run a task; a system.DAGExecution is the run (or a sub-DAG) itself.
 _KFP_TASKS = ("system.ContainerExecution", "system.ImporterExecution")
@@ -512,6 +513,7 @@ def _run_record(graph: _Graph, run: metadata_store_pb2.Context, newest: bool) ->
               default=run.create_time_since_epoch)
     return {"run": run.name, "pipeline": graph.pipeline_of_run.get(run.id),
             "status": next((s for s in _RUN_STATUS_ORDER if s in states), "complete"),
+            "engine": _custom(run).get(ENGINE_PROPERTY),
             "start": _iso(run.create_time_since_epoch), "end": _iso(end),
             "duration_s": _seconds(run.create_time_since_epoch, end), "components": components}
 
@@ -527,6 +529,13 @@ def list_runs(store: mlmd.MetadataStore) -> list[dict[str, Any]]:
     """Pipeline runs, newest first: status, times, and per component executed/cached/failed
     with its duration in seconds."""
     return _run_records(_load(store))
+
+
+def record_engine(store: mlmd.MetadataStore, run_name: str, engine: str) -> None:
+    """Names the Beam engine a local run's data steps ran on, on its run context."""
+    run = store.get_context_by_type_and_name(RUN_CONTEXT, run_name)
+    run.custom_properties[ENGINE_PROPERTY].string_value = engine
+    store.put_contexts([run])
 
 
 def get_run(store: mlmd.MetadataStore, run_id: str | None = None) -> dict[str, Any]:

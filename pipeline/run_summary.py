@@ -11,7 +11,7 @@ import os
 import shlex
 import shutil
 import sys
-from typing import Callable
+from typing import Callable, Sequence
 
 from pipeline import metadata
 from pipeline.config import PIPELINE_NAME, PipelineConfig, default_pipeline_root
@@ -51,6 +51,8 @@ class RunFacts:
     pushed_version: str | None = None
     pushed_path: str | None = None
     nmt: str = "nmt"  # how to call the running nmt from here (nmt_command)
+    engine: str | None = None  # the Beam engine of the data steps
+    flink_jobs: tuple = ()  # flink.FlinkJob of each Beam component, on Flink
 
 
 def _duration(seconds: float) -> str:
@@ -119,6 +121,10 @@ def summary_lines(facts: RunFacts) -> list[str]:
     lines = [f"Run summary: the pipeline took {_duration(facts.wall_seconds)}{stopped}."]
     width = max((len(c.name) for c in facts.components), default=0)
     lines += [f"  {c.name:<{width}}  {c.seconds:7.1f} s  {c.state}" for c in facts.components]
+    if facts.engine:
+        lines.append(f"  Beam engine: {facts.engine}")
+    lines += [f"    Flink job {job.name}: {job.seconds:.1f} s, {job.state.lower()}"
+              for job in facts.flink_jobs]
     if facts.verdict:
         verdict = facts.verdict
         lines += ["  " + line for line in score_lines(verdict.bleu_1ref, verdict.chrf_1ref,
@@ -165,7 +171,8 @@ def _verdict(store, run: str, config: PipelineConfig) -> Verdict | None:
 
 
 def collect(config: PipelineConfig, wall_seconds: float,
-            to_component: str | None = None) -> RunFacts:
+            to_component: str | None = None, engine: str | None = None,
+            flink_jobs: Sequence = ()) -> RunFacts:
     """The facts of the newest run in the pipeline root's store (the one that just ended)."""
     store = metadata.connect(metadata.sqlite_config(config.metadata_path))
     run = metadata.get_run(store)
@@ -183,4 +190,5 @@ def collect(config: PipelineConfig, wall_seconds: float,
                                    else config.pipeline_name),
                     to_component=to_component,
                     verdict=verdict, pushed_version=pushed.get("version"),
-                    pushed_path=pushed.get("destination"), nmt=nmt_command())
+                    pushed_path=pushed.get("destination"), nmt=nmt_command(),
+                    engine=engine, flink_jobs=tuple(flink_jobs))
