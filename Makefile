@@ -13,8 +13,8 @@ PYTEST_ARGS ?=
 # whole modules, so a module's fixtures are built once (tests/conftest.py).
 TEST_WORKERS ?= 2
 # The unit tests: nothing that runs a pipeline, a Kubeflow spec, distributed training or a
-# program outside the venv (markers: pytest.ini, applied in tests/conftest.py).
-FAST_MARKERS := not (pipeline or external or kubeflow or distributed or slow)
+# program outside the venv such as Flink's JVM (markers: pytest.ini, applied in tests/conftest.py).
+FAST_MARKERS := not (pipeline or external or kubeflow or distributed or slow or flink)
 
 .PHONY: venv run test test-fast clean chromium mariadb java flink flink-if-java
 

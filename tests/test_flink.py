@@ -1,0 +1,187 @@
+"""The data half on Apache Flink (`nmt run --beam-runner flink`): Beam's real Flink job server
+with an embedded Flink cluster, real SDK worker processes, against the DirectRunner's outputs
+on the same sample; and the engine's faults: no cluster, no Java, a worker killed mid-run."""
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import statistics_pb2
+
+from helpers import (REPO, cached_components, last_line, latest_artifact, open_store, run_nmt,
+                     smoke_args, split_records, versions)
+from pipeline import flink
+
+FLINK = ("--beam-runner", "flink")
+TRAIN_STEPS = 20  # the model only has to train, be evaluated and pushed
+DATA_AND_TRANSFORM = ("--to", "Transform")
+
+
+def _processes(*words: str) -> list[int]:
+    """Pids of the processes whose command line has all of `words`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if all(word in command for word in words):
+            found.append(int(pid))
+    return found
+
+
+def _sdk_workers() -> list[int]:
+    """The worker pool starts each SDK worker as `python -c '...SdkHarness(...).run()'`."""
+    return _processes("SdkHarness(")
+
+
+def _engine_processes(root: str) -> list[int]:
+    """The job server of a run under `root` (its artifacts directory is there), and any SDK
+    worker (the tests of this module run one at a time)."""
+    return _processes(flink.JOB_SERVER_MAIN, root) + _sdk_workers()
+
+
+def _statistics(examples_stats_uri: str) -> dict[str, statistics_pb2.DatasetFeatureStatistics]:
+    """Per split: the dataset statistics, histograms and quantiles left out (sketches whose
+    bucket edges depend on how the data was partitioned)."""
+    found = {}
+    for path in glob.glob(os.path.join(examples_stats_uri, "Split-*", "FeatureStats.pb")):
+        stats = statistics_pb2.DatasetFeatureStatisticsList()
+        with open(path, "rb") as f:
+            stats.ParseFromString(f.read())
+        dataset = stats.datasets[0]
+        for feature in dataset.features:
+            for common in (feature.string_stats.common_stats, feature.num_stats.common_stats):
+                common.ClearField("num_values_histogram")
+                common.ClearField("feature_list_length_histogram")
+                common.ClearField("weighted_common_stats")
+            feature.num_stats.ClearField("histograms")
+            feature.string_stats.ClearField("rank_histogram")
+            feature.string_stats.ClearField("top_values")
+        found[os.path.basename(os.path.dirname(path))] = dataset
+    return found
+
+
+def _outputs(root: str) -> dict:
+    store = open_store(root)
+    transform_graph = latest_artifact(store, "TransformGraph").uri
+    assets = sorted(glob.glob(os.path.join(transform_graph, "transform_fn", "assets", "*")))
+    transformed = latest_artifact(store, "Examples", "Transform").uri
+    return {
+        "examples": {split: sorted(records) for split, records in split_records(
+            latest_artifact(store, "Examples", "FraTxtExampleGen").uri).items()},
+        "statistics": _statistics(latest_artifact(store, "ExampleStatistics").uri),
+        "vocabulary": {os.path.basename(a): open(a, "rb").read() for a in assets},
+        "transformed": {split: len(records)
+                        for split, records in split_records(transformed).items()},
+    }
+
+
+@pytest.fixture(scope="module")
+def flink_run(fra_sample, tmp_path_factory) -> tuple[str, subprocess.CompletedProcess]:
+    """The smoke pipeline through AtomicPusher with every Beam component on Flink."""
+    root = str(tmp_path_factory.mktemp("flink"))
+    run = run_nmt(*smoke_args(fra_sample, root, TRAIN_STEPS), *FLINK)
+    assert run.returncode == 0, run.stderr[-5000:]
+    return root, run
+
+
+@pytest.fixture(scope="module")
+def direct_run(fra_sample, tmp_path_factory) -> str:
+    """The same sample through Transform on the DirectRunner (in memory), the reference."""
+    root = str(tmp_path_factory.mktemp("direct"))
+    run = run_nmt(*smoke_args(fra_sample, root, TRAIN_STEPS), *DATA_AND_TRANSFORM)
+    assert run.returncode == 0, run.stderr[-5000:]
+    return root
+
+
+def test_flink_gives_the_directrunners_data_outputs(flink_run, direct_run):
+    on_flink, on_direct = _outputs(flink_run[0]), _outputs(direct_run)
+    assert set(on_flink["examples"]) == {"train", "eval", "test"}
+    assert on_flink["examples"] == on_direct["examples"]
+    assert on_flink["statistics"] == on_direct["statistics"]
+    assert on_flink["vocabulary"] and on_flink["vocabulary"] == on_direct["vocabulary"]
+    assert on_flink["transformed"] == on_direct["transformed"]
+
+
+def test_the_model_is_evaluated_and_pushed_and_the_summary_lists_the_flink_jobs(flink_run):
+    root, run = flink_run
+    store = open_store(root)
+    assert latest_artifact(store, "ModelEvaluation") is not None
+    assert versions(root)
+    assert "Beam engine: flink (embedded, " in run.stderr
+    for component in ("FraTxtExampleGen", "StatisticsGen", "Transform", "Evaluator"):
+        assert f"Flink job nmt-{component}: " in run.stderr, component
+    listed = run_nmt("metadata", "runs", "--pipeline-root", root)
+    assert listed.returncode == 0, listed.stderr
+    assert "flink (embedded, " in listed.stdout
+    assert glob.glob(os.path.join(root, "flink", "job-server-*.log"))
+
+
+def test_no_engine_process_outlives_the_run(flink_run):
+    assert _engine_processes(flink_run[0]) == []
+
+
+def test_unreachable_flink_master_fails_at_once_and_writes_nothing(fra_sample, tmp_path):
+    root = tmp_path / "never"
+    run = run_nmt(*smoke_args(fra_sample, str(root), TRAIN_STEPS), *FLINK,
+                  "--flink-master", "localhost:9", timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert "The Flink cluster at localhost:9 cannot be reached" in last_line(run.stderr)
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("java_home, says", [
+    ("/nonexistent-jdk", "was not found"),
+    ("/usr/lib/jvm/temurin-25-jdk-amd64", "is Java 25"),
+])
+def test_a_missing_or_wrong_java_is_named_in_one_sentence(fra_sample, tmp_path, java_home,
+                                                          says):
+    if not os.path.exists(java_home) and java_home != "/nonexistent-jdk":
+        # a machine without a second JDK: a stand-in `java` that reports Java 8, as Java 8 does
+        fake = tmp_path / "jdk" / "bin" / "java"
+        fake.parent.mkdir(parents=True)
+        fake.write_text('#!/bin/sh\necho \'openjdk version "1.8.0_392"\' >&2\n')
+        fake.chmod(0o755)
+        java_home, says = str(tmp_path / "jdk"), "is Java 8"
+    root = tmp_path / "never"
+    run = run_nmt(*smoke_args(fra_sample, str(root), TRAIN_STEPS), *FLINK,
+                  env={"JAVA_HOME": java_home}, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert says in last_line(run.stderr) and "Java" in last_line(run.stderr)
+    assert not root.exists()
+
+
+def test_a_killed_sdk_worker_fails_the_run_naming_the_component_and_a_rerun_completes(
+        fra_sample, tmp_path):
+    root = str(tmp_path / "killed")
+    args = [*smoke_args(fra_sample, root, TRAIN_STEPS), *FLINK, "--to", "StatisticsGen"]
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO,
+                            stderr=subprocess.PIPE, text=True)
+    log = []
+    for line in proc.stderr:  # ExampleGen finishes on Flink; StatisticsGen's job starts
+        log.append(line)
+        if "Component StatisticsGen is running." in line:
+            break
+    deadline = time.monotonic() + 300
+    while not _sdk_workers() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    victims = _sdk_workers()
+    assert victims, "no SDK worker started for StatisticsGen's job"
+    os.kill(victims[0], signal.SIGKILL)
+    log += proc.stderr.readlines()
+    assert proc.wait() == 1, "".join(log)[-5000:]
+    assert last_line("".join(log)).startswith("nmt: error: StatisticsGen failed on Flink")
+    assert _engine_processes(root) == []
+    rerun = run_nmt(*args)
+    assert rerun.returncode == 0, rerun.stderr[-5000:]
+    assert cached_components(rerun.stderr) >= 1  # FraTxtExampleGen's output is reused
+    assert tf.io.gfile.glob(os.path.join(root, "StatisticsGen", "statistics", "*",
+                                         "Split-train", "FeatureStats.pb"))
