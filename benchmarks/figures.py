@@ -98,64 +98,59 @@ def _data_half(mode: str, size: int, key: str, fold: Callable = sum) -> Callable
     return cell
 
 
+def _figure(label: str, source: str, value: Cell) -> Row:
+    """A row of the table of today's figures: what, its value, where it was measured."""
+    return Row(source, (label, value, _machine, "{commit}", _source))
+
+
+GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
 MAKE_RUN = Row("make_run_*.json", (
     _machine, "{commit}", "{figures[steps]:,}", "{figures[minutes]:.0f}",
     "{figures[dev_greedy][bleu]:.2f}", "{figures[dev_beam][bleu]:.2f}",
     "{figures[test_greedy][bleu_one_reference]:.2f}", "{figures[dev_greedy][chrf]:.2f}"))
-MAKE_RUN_COLUMNS = ("machine", "commit", "steps", "minutes", "dev BLEU, greedy",
+MAKE_RUN_COLUMNS = ("machine", "commit", "steps", "`make run`, min", "dev BLEU, greedy",
                     "dev BLEU, beam 4", "test split BLEU, one reference", "dev chrF, greedy")
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
            "DirectRunner, 2 workers"), ("flink", "Flink"))
 
 TABLES = (
     Table("scores", MAKE_RUN_COLUMNS, (MAKE_RUN,)),
-    Table("make-run", ("machine", "commit", "training, minutes", "whole `make run`, minutes",
-                       "peak memory, GB", "result file"),
-          (Row("make_run_*.json", (_machine, "{commit}", "{figures[training_minutes]:.1f}",
-                                   "{figures[minutes]:.1f}", "{figures[peak_memory_gb]:.1f}",
-                                   _source)),)),
+    Table("make-run", ("machine", "commit", "steps", "training, min", "`make run`, min",
+                       "peak memory, GB", "dev BLEU, greedy / beam 4", "dev chrF",
+                       "test BLEU, one reference", "result file"),
+          (Row("make_run_*.json", (
+              _machine, "{commit}", "{figures[steps]:,}", "{figures[training_minutes]:.1f}",
+              "{figures[minutes]:.1f}", "{figures[peak_memory_gb]:.1f}",
+              "{figures[dev_greedy][bleu]:.2f} / {figures[dev_beam][bleu]:.2f}",
+              "{figures[dev_greedy][chrf]:.2f}", "{figures[test_greedy][bleu_one_reference]:.2f}",
+              _source)),)),
     Table("today", ("figure", "value", "machine", "commit", "result file"), (
-        Row("run_to_run_amx.json", (
-            "run-to-run difference, dev BLEU (paired bootstrap sd)",
-            "{figures[difference]:+.2f} ({figures[bootstrap_sd]:.2f})", _machine, "{commit}",
-            _source)),
-        Row("gap.json", (
-            "dev BLEU below eval split's: references / lengths / content",
-            "{figures[references]:.1f} / {figures[lengths]:.1f} / {figures[content]:.1f}",
-            _machine, "{commit}", _source)),
-        Row("translate_speed_beam_stop.json", (
-            "decoding, sentences/s, greedy / beam 4 (best round)",
-            lambda r: f"{_speed(r, 'greedy, by length'):.0f} / {_speed(r, 'beam 4, by length'):.0f}",
-            _machine,
-            "{commit}", _source)),
-        Row("translate_speed_beam_stop.json", (
-            "beam 4's time per sentence over greedy's",
-            lambda r: f"{_speed(r, 'beam 4, by length', 'ms_per_sentence') / _speed(r, 'greedy, by length', 'ms_per_sentence'):.1f}×",
-            _machine, "{commit}",
-            _source)),
-        Row("step_time_loss_gradient_amx.json", (
-            "training step, ms, mixed_bfloat16 / float32",
-            "{figures[ms_per_step_median][bf16]:.0f} / {figures[ms_per_step_median][f32]:.0f}", _machine,
-            "{commit}", _source)),
-        Row("step_time_vocab_avx2.json", (
-            "training step, ms, float32", "{figures[ms_per_step_median][f32_8k]:,.0f}", _machine, "{commit}",
-            _source)),
-        Row("data_half.json", (
-            "fra.txt: lines read / examples (train, eval, test)",
-            "{figures[lines_read]:,} / {figures[examples]:,} ({figures[split_sizes][train]:,}, "
-            "{figures[split_sizes][eval]:,}, {figures[split_sizes][test]:,})",
-            _machine, "{commit}", _source)),
-        Row("scale.json", (
-            "the data half at 16×, s, in memory / 2 workers",
-            lambda r: f"{_data_half('in_memory', 16, 'component_s')(r)} / "
-                      f"{_data_half('multi_processing', 16, 'component_s')(r)}",
-            _machine, "{commit}", _source)),
-        Row("scale_data_half_x4_amx.json", (
-            "the data half at 4×, speed-up of 2 workers", _speedup(4),
-            _machine, "{commit}", _source)),
-        Row("test_suite.json", (
-            "`make test`: tests passed, minutes", "{figures[passed]} in {figures[minutes]:.0f}",
-            _machine, "{commit}", _source)),
+        _figure("run-to-run difference, dev BLEU (paired bootstrap sd)", "run_to_run_amx.json",
+                "{figures[difference]:+.2f} ({figures[bootstrap_sd]:.2f})"),
+        _figure("dev BLEU below the eval split's: references / lengths / content", "gap.json",
+                "{figures[references]:.1f} / {figures[lengths]:.1f} / {figures[content]:.1f}"),
+        _figure("decoding, sentences/s, greedy / beam 4 (best round)",
+                "translate_speed_beam_stop.json",
+                lambda r: f"{_speed(r, GREEDY):.0f} / {_speed(r, BEAM):.0f}"),
+        _figure("beam 4's time per sentence over greedy's", "translate_speed_beam_stop.json",
+                lambda r: f"{_speed(r, BEAM, MS) / _speed(r, GREEDY, MS):.1f}×"),
+        _figure("training step, ms, mixed_bfloat16 / float32",
+                "step_time_loss_gradient_amx.json",
+                "{figures[ms_per_step_median][bf16]:.0f} / "
+                "{figures[ms_per_step_median][f32]:.0f}"),
+        _figure("training step, ms, float32", "step_time_vocab_avx2.json",
+                "{figures[ms_per_step_median][f32_8k]:,.0f}"),
+        _figure("fra.txt: lines read / examples (train, eval, test)", "data_half.json",
+                "{figures[lines_read]:,} / {figures[examples]:,} "
+                "({figures[split_sizes][train]:,}, {figures[split_sizes][eval]:,}, "
+                "{figures[split_sizes][test]:,})"),
+        _figure("the data half at 16×, s, in memory / 2 workers", "scale.json",
+                lambda r: f"{_data_half('in_memory', 16, 'component_s')(r)} / "
+                          f"{_data_half('multi_processing', 16, 'component_s')(r)}"),
+        _figure("the data half at 4×, speed-up of 2 workers", "scale_data_half_x4_amx.json",
+                _speedup(4)),
+        _figure("`make test`: tests passed, minutes", "test_suite.json",
+                "{figures[passed]} in {figures[minutes]:.0f}"),
     )),
     Table("scaling", ("component", "1× s", "4× s", "16× s", "16× s, 2 workers",
                       "16× peak MB, in memory / 2 workers"),
@@ -233,7 +228,9 @@ def _block(name: str) -> re.Pattern:
 
 def update(text: str, results_dir: str = results.RESULTS) -> tuple[str, list[str]]:
     """The page with every generated table rewritten, and the names of those that changed."""
-    changed = []
+    known = {table.name for table in TABLES}
+    changed = [f"{name} (no such table in benchmarks/figures.py)"
+               for name in re.findall(r"<!-- figures:([\w-]+) -->", text) if name not in known]
     for table in TABLES:
         pattern = _block(table.name)
         rendered = render(table, results_dir) + "\n"

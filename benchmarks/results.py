@@ -72,29 +72,31 @@ def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
             "gpu": gpus.replace("\n", ", ") if gpus else None}
 
 
-def write(path: str, measured: str, figures: dict, argv: list[str] | None = None) -> dict:
-    """Writes `figures` as a result file at `path` (a bare name goes to benchmarks/results/),
-    atomically, so a killed run leaves the previous file whole. Returns what it wrote."""
-    if os.sep not in path:
-        path = os.path.join(RESULTS, path)
+def path(name: str) -> str:
+    """Where a result file is: a bare name is in benchmarks/results/."""
+    return name if os.sep in name else os.path.join(RESULTS, name)
+
+
+def write(name: str, measured: str, figures: dict, argv: list[str] | None = None) -> dict:
+    """Writes `figures` as a result file (see path), atomically, so a killed run leaves the
+    previous file whole. Returns what it wrote."""
+    target = path(name)
     record = {"schema": SCHEMA, "measured": measured,
               "command": shlex.join([os.path.relpath(sys.argv[0], REPO) if sys.argv[0] else
                                      "python", *(sys.argv[1:] if argv is None else argv)]),
               "commit": commit(),
               "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
               "machine": machine(), "figures": figures}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    tmp = target + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, ensure_ascii=False)
         f.write("\n")
-    os.replace(tmp, path)
+    os.replace(tmp, target)
     return record
 
 
-def read(path: str) -> dict:
-    """A result file (a bare name is looked up in benchmarks/results/)."""
-    if os.sep not in path:
-        path = os.path.join(RESULTS, path)
-    with open(path, encoding="utf-8") as f:
+def read(name: str) -> dict:
+    """A result file (see path)."""
+    with open(path(name), encoding="utf-8") as f:
         return json.load(f)
