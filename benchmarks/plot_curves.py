@@ -16,7 +16,7 @@ import os
 
 from benchmarks import results
 
-# The recipe of each committed curve (BENCHMARKS.md, "BLEU against training time"). All three
+# The recipe of each committed curve (BENCHMARKS.md, "Quality against training time"). All three
 # ran without the learning-rate cooldown, so one run gives every budget's point.
 LABELS = {
     "time_curve_3x3_dropout.json": "3+3 layers, dropout 0.1, peak 1.4e-3",
