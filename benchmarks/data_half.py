@@ -65,10 +65,7 @@ def main() -> None:
                                                 ("eval", "test"))),
         "input_sha256": report["input"]["sha256"],
     }
-    if args.output:
-        results.write(args.output, "fra.txt through the data half: lines, examples, splits",
-                      counts)
-    print(json.dumps(counts, indent=2))
+    results.emit(args.output, "fra.txt through the data half: lines, examples, splits", counts)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import re
 
@@ -146,9 +145,8 @@ def main() -> None:
         - rows["eval, first reference"],
         "content": rows["dev set (one reference)"]
         - rows["eval, first reference, reweighted to the dev set's lengths"], **result}
-    results.write(args.output, "where the gap between eval-split BLEU and dev-set BLEU comes "
-                  "from, on one model", result)
-    print(json.dumps(result, indent=1, ensure_ascii=False))
+    results.emit(args.output, "where the gap between eval-split BLEU and dev-set BLEU comes "
+                 "from, on one model", result)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import time
 
@@ -57,10 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     scored = evaluate(args.pipeline_root, args.model, args.split, args.batch_size,
                       args.signature)
-    if args.output:
-        results.write(args.output, f"BLEU and chrF of each model on the {args.split} split",
-                      scored)
-    print(json.dumps(scored, indent=2, ensure_ascii=False))
+    results.emit(args.output, f"BLEU and chrF of each model on the {args.split} split", scored)
 
 
 def evaluate(pipeline_root: str, model_dirs: list[str], split: str, batch_size: int = 64,

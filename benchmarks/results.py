@@ -96,6 +96,14 @@ def write(name: str, measured: str, figures: dict, argv: list[str] | None = None
     return record
 
 
+def emit(name: str | None, measured: str, figures: dict) -> None:
+    """Prints `figures` as JSON for whoever ran the script and, given a name, writes them as a
+    result file too."""
+    if name:
+        write(name, measured, figures)
+    print(json.dumps(figures, indent=1, ensure_ascii=False))
+
+
 def read(name: str) -> dict:
     """A result file (see path)."""
     with open(path(name), encoding="utf-8") as f:

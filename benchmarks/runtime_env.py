@@ -78,10 +78,8 @@ def main() -> None:
         "step_time_vs_first_per_round": ratios,
         "step_time_vs_first_median": {n: statistics.median(r) for n, r in ratios.items()},
     }
-    print(json.dumps(result, indent=2))
-    if args.out:
-        results.write(args.out, "training step time under TensorFlow runtime settings "
-                      "(kernels, allocator), alternating child processes", result)
+    results.emit(args.out, "training step time under TensorFlow runtime settings (kernels, "
+                 "allocator), alternating child processes", result)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ Per component it records:
 --run-arg FLAG (repeatable) gives every `nmt run` a flag, e.g. --run-arg=--tokenizer=sentencepiece.
 
 Results go to --out, a result file (benchmarks/results.py) whose figures are
-{"sessions": [machine info, command, date ...], "rows": [...]}, rewritten after every component, so a killed run keeps the rows it completed; rows of
+{"sessions": [machine info, command, date ...], "rows": [...]}, rewritten after every
+component, so a killed run keeps the rows it completed; rows of
 earlier invocations are kept (benchmarks/scale_report.py uses the newest row per size, mode
 and component). Progress, with an ETA, goes to stderr, one line per component run.
 """

@@ -11,7 +11,6 @@ Usage: python -m benchmarks.split_sentences --model DIR \
 from __future__ import annotations
 
 import argparse
-import json
 
 import tensorflow as tf
 
@@ -47,10 +46,8 @@ def main() -> None:
     result = {"model": args.model, "sentences": sentences, **score(hypotheses, [references])}
     if args.hypotheses:
         write_atomically(args.hypotheses, hypotheses)
-    if args.output:
-        results.write(args.output, "dev-set BLEU of a model exported before sentence "
-                      "splitting, with the splitting applied around it", result)
-    print(json.dumps(result, indent=1))
+    results.emit(args.output, "dev-set BLEU of a model exported before sentence splitting, "
+                 "with the splitting applied around it", result)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Without --variant: float32, mixed_bfloat16 and mixed_float16 (the precision comp
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 
@@ -85,10 +84,8 @@ def main() -> None:
         "tokens_per_second_vs_first": {
             n: round(tokens_per_second[n] / tokens_per_second[first], 2) for n in names},
     }
-    if args.output:
-        results.write(args.output, "training step time per variant, alternating rounds in one "
-                      "process", timed)
-    print(json.dumps(timed, indent=2))
+    results.emit(args.output, "training step time per variant, alternating rounds in one "
+                 "process", timed)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
-import json
 import os
 import time
 
@@ -104,9 +103,8 @@ def main() -> None:
         sentences = f.read().splitlines()[:args.lines or None]
     result = measure([translate.resolve_model_dir(m) for m in args.model], sentences,
                      args.rounds)
-    results.write(args.output, "decoding speed through the serving signatures, greedy and "
-                  "beam search, batches by length and in input order", result)
-    print(json.dumps(result, indent=1))
+    results.emit(args.output, "decoding speed through the serving signatures, greedy and beam "
+                 "search, batches by length and in input order", result)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from helpers import REPO
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from benchmarks import figures, results  # noqa: E402
+from benchmarks import figures, results, suite_time  # noqa: E402
 
 FIELDS = {"schema", "measured", "command", "commit", "date", "machine", "figures"}
 MACHINE = {"cpu_model", "cpu_features", "cores", "memory_gb", "gpu"}
@@ -98,3 +98,9 @@ def test_every_result_file_has_the_layout(name):
     record = results.read(name)
     assert FIELDS <= record.keys() and record["schema"] == results.SCHEMA
     assert MACHINE <= record["machine"].keys(), name
+
+
+def test_suite_time_reads_pytests_last_summary_line():
+    log = ("== 3 passed in 1.00s ==\n"
+           "==== 476 passed, 2 failed, 5 warnings in 798.00s (0:13:18) ====\n")
+    assert suite_time.summary(log) == {"passed": 476, "minutes": 13.3, "failed": 2}
