@@ -2,7 +2,7 @@
 pipeline of the same shape and none of this project's code, at two corpus sizes, in turn.
 
 Usage:
-  PYTHONPATH=. .venv/bin/python benchmarks/runner_memory.py --sizes 4,16 \
+  PYTHONPATH=. .venv/bin/python -m benchmarks.experiments.runner_memory --sizes 4,16 \
       --modes multi_processing,in_memory --data-root /work/scale_data \
       --out runner_memory.json
 

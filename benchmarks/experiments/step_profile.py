@@ -8,7 +8,7 @@ CPU milliseconds per step summed over TensorFlow's compute threads, so on 2 core
 to about twice the wall time of a step. The name scope of a gradient op starts with
 `gradient_tape/`; the loss is `global_token_mean_cross_entropy`.
 
-Usage: python -m benchmarks.step_profile --pipeline-root nmt_runs [--profile cpu]
+Usage: python -m benchmarks.experiments.step_profile --pipeline-root nmt_runs [--profile cpu]
            [--precision mixed_bfloat16] [--steps 10] [--top 25] [--output result.json]
 """
 from __future__ import annotations
