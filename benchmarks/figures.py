@@ -60,8 +60,8 @@ def _machine(record: dict) -> str:
     kind = ("AMX" if "amx_bf16" in features else "AVX-512 bf16" if "avx512_bf16" in features
             else "AVX-512" if "avx512f" in features else "AVX2" if "avx2" in features else "")
     cpu = (machine.get("cpu_model") or "CPU").replace("(R)", "").replace(" Processor", "")
-    gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
-    return f"{cpu}, {kind}, {machine.get('cores')} cores{gpu}".replace(", ,", ",")
+    return ", ".join(part for part in (cpu, kind, f"{machine.get('cores')} cores",
+                                       machine.get("gpu")) if part)
 
 
 def _source(record: dict) -> str:
@@ -75,13 +75,19 @@ def _speed(record: dict, variant: str, key: str = "sentences_per_second") -> flo
     return max(value) if isinstance(value, list) else value
 
 
+def _scale_rows(record: dict, mode: str, size: int, component: str | None = None) -> list:
+    """A scale.py result's completed rows of one Beam mode and corpus size (full corpora,
+    not smoke ones), of one component or all."""
+    return [row for row in record["figures"]["rows"]
+            if row.get("status") == "ok" and row["mode"] == mode and row["size"] == size
+            and not row.get("lines_per_copy") and component in (None, row["component"])]
+
+
 def _speedup(size: int, key: str = "subprocess_s") -> Callable[[dict], str]:
     """How much faster 2 workers ran the data half than one process, from a scale.py result:
     the in-memory seconds over the multi_processing ones, summed over rounds."""
     def cell(record: dict) -> str:
-        seconds = {mode: sum(row[key] for row in record["figures"]["rows"]
-                             if row.get("status") == "ok" and row["mode"] == mode
-                             and row["size"] == size)
+        seconds = {mode: sum(row[key] for row in _scale_rows(record, mode, size))
                    for mode in ("in_memory", "multi_processing")}
         return f"{seconds['in_memory'] / seconds['multi_processing']:.2f}×"
     return cell
@@ -91,11 +97,30 @@ def _data_half(mode: str, size: int, key: str, fold: Callable = sum) -> Callable
     """The data half's seconds (summed) or peak MB (the largest) over its components, from a
     scale.py result, for one Beam mode and corpus size."""
     def cell(record: dict) -> str:
-        values = [row[key] for row in record["figures"]["rows"]
-                  if row.get("status") == "ok" and row["mode"] == mode and row["size"] == size
-                  and not row.get("lines_per_copy")]
+        values = [row[key] for row in _scale_rows(record, mode, size)]
         return f"{fold(values):,.0f}" if values else NOT_MEASURED
     return cell
+
+
+def _component(component: str, mode: str, size: int, key: str,
+               digits: int = 1) -> Callable[[dict], str]:
+    """One component's figure from a scale.py result (its newest row), "–" if not measured."""
+    def cell(record: dict) -> str:
+        rows = _scale_rows(record, mode, size, component)
+        return f"{rows[-1][key]:,.{digits}f}" if rows else "–"
+    return cell
+
+
+def _history_link(record: dict) -> str:
+    """A link to the history section of a decision, named by its heading's first words."""
+    section = record["item"]["section"]
+    return (f"[{section.split(':')[0].split(' (')[0]}]"
+            f"(docs/benchmarks-history.md#{_anchor(section)})")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
 def _figure(label: str, source: str, value: Cell) -> Row:
@@ -104,17 +129,17 @@ def _figure(label: str, source: str, value: Cell) -> Row:
 
 
 GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
-MAKE_RUN = Row("make_run_*.json", (
-    _machine, "{commit}", "{figures[steps]:,}", "{figures[minutes]:.0f}",
-    "{figures[dev_greedy][bleu]:.2f}", "{figures[dev_beam][bleu]:.2f}",
-    "{figures[test_greedy][bleu_one_reference]:.2f}", "{figures[dev_greedy][chrf]:.2f}"))
-MAKE_RUN_COLUMNS = ("machine", "commit", "steps", "`make run`, min", "dev BLEU, greedy",
-                    "dev BLEU, beam 4", "test split BLEU, one reference", "dev chrF, greedy")
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
            "DirectRunner, 2 workers"), ("flink", "Flink"))
 
 TABLES = (
-    Table("scores", MAKE_RUN_COLUMNS, (MAKE_RUN,)),
+    Table("scores", ("machine", "commit", "steps", "`make run`, min", "dev BLEU, greedy",
+                     "dev BLEU, beam 4", "test split BLEU, one reference", "dev chrF, greedy"),
+          (Row("make_run_*.json", (
+              _machine, "{commit}", "{figures[steps]:,}", "{figures[minutes]:.0f}",
+              "{figures[dev_greedy][bleu]:.2f}", "{figures[dev_beam][bleu]:.2f}",
+              "{figures[test_greedy][bleu_one_reference]:.2f}",
+              "{figures[dev_greedy][chrf]:.2f}")),)),
     Table("make-run", ("machine", "commit", "steps", "training, min", "`make run`, min",
                        "peak memory, GB", "dev BLEU, greedy / beam 4", "dev chrF",
                        "test BLEU, one reference", "result file"),
@@ -156,20 +181,17 @@ TABLES = (
                       "16× peak MB, in memory / 2 workers"),
           tuple(Row("scale.json", (
               component,
-              *(lambda r, c=component, s=s: _component(r, c, "in_memory", s, "component_s")
-                for s in (1, 4, 16)),
-              lambda r, c=component: _component(r, c, "multi_processing", 16, "component_s"),
-              lambda r, c=component: (_component(r, c, "in_memory", 16, "peak_rss_mb", 0)
-                                      + " / " + _component(r, c, "multi_processing", 16,
-                                                           "peak_rss_mb", 0))))
+              *(_component(component, "in_memory", s, "component_s") for s in (1, 4, 16)),
+              _component(component, "multi_processing", 16, "component_s"),
+              lambda r, c=component: (
+                  _component(c, "in_memory", 16, "peak_rss_mb", 0)(r) + " / "
+                  + _component(c, "multi_processing", 16, "peak_rss_mb", 0)(r))))
                 for component in ("FraTxtExampleGen", "StatisticsGen", "Transform"))),
     Table("decisions", ("change", "dev BLEU difference", "bootstrap sd", "against", "kept",
                         "history"),
           (Row("decisions.json", (
               "{item[change]}", "{item[difference]}", "{item[sd]}", "{item[against]}",
-              "{item[kept]}",
-              lambda r: f"[{r['item']['section'].split(':')[0].split(' (')[0]}]"
-                        f"(docs/benchmarks-history.md#{_anchor(r['item']['section'])})"),
+              "{item[kept]}", _history_link),
               items=lambda r: r["figures"]["decisions"]),)),
     # Placeholders for measurements under way: each renders "not measured yet" until its
     # result file exists.
@@ -189,19 +211,6 @@ TABLES = (
               "{figures[length_ratio_median]:.2f} / {figures[length_ratio_min]:.2f}",
               "{figures[loops]}", "{figures[dev_bleu]:.2f}", _source)),)),
 )
-
-
-def _component(record: dict, component: str, mode: str, size: int, key: str,
-               digits: int = 1) -> str:
-    rows = [row for row in record["figures"]["rows"]
-            if row.get("status") == "ok" and row["component"] == component
-            and row["mode"] == mode and row["size"] == size and not row.get("lines_per_copy")]
-    return f"{rows[-1][key]:,.{digits}f}" if rows else "–"
-
-
-def _anchor(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
 def render(table: Table, results_dir: str = results.RESULTS) -> str:
