@@ -15,8 +15,10 @@ TEST_WORKERS ?= 2
 # The unit tests: nothing that runs a pipeline, a Kubeflow spec, distributed training or a
 # program outside the venv such as Flink's JVM (markers: pytest.ini, applied in tests/conftest.py).
 FAST_MARKERS := not (pipeline or external or kubeflow or distributed or slow or flink)
+# The figures generator runs with the venv's Python if there is one, else any Python 3.10+.
+FIGURES_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: venv run test test-fast clean chromium mariadb java flink flink-if-java
+.PHONY: venv run test test-fast figures figures-check clean chromium mariadb java flink flink-if-java
 
 venv: $(VENV)/.installed
 
@@ -73,6 +75,15 @@ test: venv chromium mariadb java flink
 test-fast: venv
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "$(FAST_MARKERS)" \
 		$(PYTEST_ARGS) tests
+
+# The tables of today's figures in README.md and BENCHMARKS.md, rendered from
+# benchmarks/results/ (benchmarks/figures.py; it needs no package outside the standard library).
+figures:
+	$(FIGURES_PYTHON) benchmarks/figures.py
+
+# Exits non-zero, naming each generated table that differs from its result files.
+figures-check:
+	$(FIGURES_PYTHON) benchmarks/figures.py --check
 
 clean:
 	rm -rf $(VENV) nmt_runs .pytest_cache

@@ -17,6 +17,7 @@ import time
 import ml_metadata as mlmd
 from ml_metadata.proto import metadata_store_pb2
 
+from benchmarks import results
 from components.fra_example_gen.executor import read_split
 
 SPLITS = ("train", "eval", "test")
@@ -27,6 +28,8 @@ def main() -> None:
     parser.add_argument("--data", required=True)
     parser.add_argument("--split", default="80,10,10")
     parser.add_argument("--beam-arg", action="append", default=[])
+    parser.add_argument("--output", help="also write a result file (a bare name: in "
+                                         "benchmarks/results/)")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="nmt_data_half_")
     command = [sys.executable, "-m", "cli", "run", "--data", args.data,
@@ -44,7 +47,7 @@ def main() -> None:
     total = sum(len(v) for v in english.values())
     ratios = [int(p) for p in args.split.split(",")]
     sets = {split: set(v) for split, v in english.items()}
-    print(json.dumps({
+    counts = {
         "command": " ".join(command[1:]),
         "wall_time_s": round(wall_s, 1),
         "lines_read": report["lines_read"],
@@ -61,7 +64,8 @@ def main() -> None:
             len(sets[a] & sets[b]) for a, b in (("train", "eval"), ("train", "test"),
                                                 ("eval", "test"))),
         "input_sha256": report["input"]["sha256"],
-    }, indent=2))
+    }
+    results.emit(args.output, "fra.txt through the data half: lines, examples, splits", counts)
 
 
 if __name__ == "__main__":

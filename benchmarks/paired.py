@@ -15,10 +15,10 @@ also both systems' BLEU per English length bucket (`quality.py`'s buckets): wher
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
+from benchmarks import results
 from benchmarks.gap import BOOTSTRAP_SAMPLES, bleu_of, bleu_statistics
 from benchmarks.quality import bucket_of
 from transform_module.preprocessing import LENGTH_BUCKETS
@@ -59,17 +59,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reference", required=True)
     parser.add_argument("--baseline", required=True)
     parser.add_argument("--candidate", action="append", required=True)
-    parser.add_argument("--json", help="write the results here too")
+    parser.add_argument("--json", help="also write them to this result file (a bare name: in "
+                                        "benchmarks/results/)")
     parser.add_argument("--source", help="the English lines: BLEU per English length too")
     args = parser.parse_args(argv)
     references = [[r] for r in read_lines(args.reference)]
     base = bleu_statistics(read_lines(args.baseline), references)
     sources = read_lines(args.source) if args.source else None
-    results = {}
+    compared = {}
     for path in args.candidate:
         candidate = bleu_statistics(read_lines(path), references)
         result = paired_bootstrap(base, candidate)
-        results[path] = result
+        compared[path] = result
         print(f"{path}: BLEU {result['candidate_bleu']:.2f} against {result['baseline_bleu']:.2f}"
               f" ({result['difference']:+.2f}, paired bootstrap sd {result['bootstrap_std']:.2f}"
               f", not better in {100 * result['p_not_better']:.1f} % of resamples)")
@@ -79,9 +80,10 @@ def main(argv: list[str] | None = None) -> None:
                 f"{name} words ({b['sentences']}): {b['candidate_bleu']:.2f} against "
                 f"{b['baseline_bleu']:.2f}" for name, b in result["by_english_length"].items()))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"baseline": args.baseline, "reference": args.reference,
-                       "candidates": results}, f, indent=1)
+        results.write(args.json, "paired bootstrap of dev-set BLEU: candidates against a "
+                      "baseline on the same lines", {"baseline": args.baseline,
+                                                     "reference": args.reference,
+                                                     "candidates": compared})
 
 
 if __name__ == "__main__":

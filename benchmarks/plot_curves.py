@@ -1,7 +1,7 @@
-"""Draws test BLEU against training time from benchmarks/time_curve.py's JSON files.
+"""Draws test BLEU against training time from benchmarks/time_curve.py's result files.
 
 Usage: PYTHONPATH=. .venv/bin/python -m benchmarks.plot_curves \\
-           [--results 'benchmarks/results/results_time_curve*.json'] \\
+           [--results 'benchmarks/results/time_curve_*.json'] \\
            [--out benchmarks/results/bleu_vs_time.png]
 
 One line per file: each row's `minutes` (the reference machine's clock, as time_curve.py
@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "benchmarks", "results")
+from benchmarks import results
 
-# The recipe of each committed curve (BENCHMARKS.md, "BLEU against training time"). All three
+# The recipe of each committed curve (BENCHMARKS.md, "Quality against training time"). All three
 # ran without the learning-rate cooldown, so one run gives every budget's point.
 LABELS = {
-    "results_time_curve.json": "3+3 layers, dropout 0.1, peak 1.4e-3",
-    "results_time_curve_no_dropout.json": "3+3 layers, no dropout, peak 1.4e-3",
-    "results_time_curve_layers_2.json": "2+2 layers, no dropout, peak 2.8e-3",
+    "time_curve_3x3_dropout.json": "3+3 layers, dropout 0.1, peak 1.4e-3",
+    "time_curve_3x3.json": "3+3 layers, no dropout, peak 1.4e-3",
+    "time_curve_2x2.json": "2+2 layers, no dropout, peak 2.8e-3",
 }
 
 
@@ -34,8 +32,7 @@ def curves(paths: list[str]) -> dict[str, list[tuple[float, float]]]:
     for path in sorted(paths, key=lambda p: (order.index(os.path.basename(p))
                                              if os.path.basename(p) in order else len(order),
                                              p)):
-        with open(path) as f:
-            rows = json.load(f)["rows"]
+        rows = results.read(path)["figures"]["rows"]
         name = os.path.basename(path)
         out[LABELS.get(name, name)] = sorted((r["minutes"], r["test"]["bleu"]) for r in rows)
     return out
@@ -65,9 +62,10 @@ def plot(series: dict[str, list[tuple[float, float]]], path: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", default=os.path.join(RESULTS, "results_time_curve*.json"),
-                        help="glob of time_curve.py JSON files")
-    parser.add_argument("--out", default=os.path.join(RESULTS, "bleu_vs_time.png"))
+    parser.add_argument("--results",
+                        default=os.path.join(results.RESULTS, "time_curve_*.json"),
+                        help="glob of time_curve.py result files")
+    parser.add_argument("--out", default=os.path.join(results.RESULTS, "bleu_vs_time.png"))
     args = parser.parse_args(argv)
     paths = glob.glob(args.results)
     if not paths:

@@ -3,7 +3,7 @@ and per English length bucket, and against the first reference overall, with sac
 signatures.
 
 Usage: python benchmarks/quality.py --pipeline-root /work/runs/cpu --model DIR [--model DIR2]
-           [--split test] [--batch-size 64]
+           [--split test] [--batch-size 64] [--output RESULT.json]
 --model is a SavedModel (e.g. a pushed version or a Trainer's Format-Serving directory);
 several are scored on the same sentences, side by side.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import time
 
+from benchmarks import results
 from benchmarks.pipeline_outputs import latest
 from components.fra_example_gen.executor import read_split
 from pipeline import evaluate as evaluate_lib
@@ -51,10 +51,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--signature", default="serving_default",
                         help="serving_default (greedy) or beam_search")
+    parser.add_argument("--output", help="also write a result file (a bare name: in "
+                                         "benchmarks/results/)")
     args = parser.parse_args()
-    results = evaluate(args.pipeline_root, args.model, args.split, args.batch_size,
-                       args.signature)
-    print(json.dumps(results, indent=2, ensure_ascii=False))
+    scored = evaluate(args.pipeline_root, args.model, args.split, args.batch_size,
+                      args.signature)
+    results.emit(args.output, f"BLEU and chrF of each model on the {args.split} split", scored)
 
 
 def evaluate(pipeline_root: str, model_dirs: list[str], split: str, batch_size: int = 64,

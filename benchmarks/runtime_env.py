@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks import results
 from benchmarks.step_time import parse_variant
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +53,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per child process")
     parser.add_argument("--setting", action="append", help="NAME=VAR=VALUE[,VAR=VALUE...]")
-    parser.add_argument("--out", help="write the results here as JSON")
+    parser.add_argument("--out", help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
     settings = dict(parse_variant(s) for s in args.setting or DEFAULT_SETTINGS)
     names = list(settings)
@@ -77,10 +78,8 @@ def main() -> None:
         "step_time_vs_first_per_round": ratios,
         "step_time_vs_first_median": {n: statistics.median(r) for n, r in ratios.items()},
     }
-    print(json.dumps(result, indent=2))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
+    results.emit(args.out, "training step time under TensorFlow runtime settings (kernels, "
+                 "allocator), alternating child processes", result)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ each component, per corpus size and Beam mode.
 Usage:
   PYTHONPATH=. .venv/bin/python benchmarks/scale.py --sizes 1,4,16 \
       --modes multi_processing,in_memory --data-root /work/scale_data \
-      --out benchmarks/results/results_scale.json [--components ...] [--lines N] [--gzip]
+      --out scale.json [--components ...] [--lines N] [--gzip]
 
 For each size K (a K x fra.txt corpus from benchmarks/make_corpus.py, DATA_ROOT/fra_xK,
 generated first if missing) and each Beam mode:
@@ -49,8 +49,9 @@ Per component it records:
 
 --run-arg FLAG (repeatable) gives every `nmt run` a flag, e.g. --run-arg=--tokenizer=sentencepiece.
 
-Results go to --out as JSON: {"sessions": [machine info, command, date ...], "rows": [...]},
-rewritten after every component, so a killed run keeps the rows it completed; rows of
+Results go to --out, a result file (benchmarks/results.py) whose figures are
+{"sessions": [machine info, command, date ...], "rows": [...]}, rewritten after every
+component, so a killed run keeps the rows it completed; rows of
 earlier invocations are kept (benchmarks/scale_report.py uses the newest row per size, mode
 and component). Progress, with an ETA, goes to stderr, one line per component run.
 """
@@ -74,11 +75,15 @@ import time
 
 import psutil
 
+from benchmarks import results
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = ("FraTxtExampleGen", "StatisticsGen", "ImportSchemaGen", "StrictExampleValidator",
               "Transform")
 MODES = ("in_memory", "multi_processing")
 SAMPLE_S = 0.5
+MEASURED = ("time and peak memory of each data-half component per corpus size (x fra.txt) "
+            "and Beam mode")
 
 
 def beam_args(mode: str, workers: int) -> list[str]:
@@ -89,21 +94,8 @@ def beam_args(mode: str, workers: int) -> list[str]:
 
 def machine_info() -> dict:
     info = {"hostname": platform.node(), "python": platform.python_version(),
-            "cores": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        info["cpu_model"] = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
-                                  if line.startswith("Model name")), None)
-    except (OSError, subprocess.CalledProcessError):
-        info["cpu_model"] = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-        info["avx512_bf16"] = "avx512_bf16" in flags
-        info["avx512f"] = "avx512f" in flags
-    except OSError:
-        info["avx512_bf16"] = None
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            **results.machine()}
     for package in ("tfx", "apache-beam", "tensorflow", "tensorflow-transform"):
         try:
             info[package] = importlib.metadata.version(package)
@@ -305,14 +297,14 @@ def transform_files(root: str) -> dict:
 # --- the results file -----------------------------------------------------------------------
 
 class Results:
-    """The JSON file, rewritten (atomically) after every row."""
+    """The result file, rewritten (atomically) after every row."""
 
-    def __init__(self, path: str, session: dict, overwrite: bool) -> None:
-        self.path = path
+    def __init__(self, path: str, session: dict, overwrite: bool,
+                 measured: str = MEASURED) -> None:
+        self.path, self.measured = path, measured
         self.data = {"sessions": [], "rows": []}
-        if os.path.isfile(path) and not overwrite:
-            with open(path) as f:
-                self.data = json.load(f)
+        if os.path.isfile(results.path(path)) and not overwrite:
+            self.data = results.read(path)["figures"]
         self.session = len(self.data["sessions"])
         self.data["sessions"].append(session)
         self.save()
@@ -322,12 +314,7 @@ class Results:
         self.save()
 
     def save(self) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, self.path)
+        results.write(self.path, self.measured, self.data)
 
 
 def duration(seconds: float) -> str:
@@ -388,8 +375,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep-roots", action="store_true",
                         help="keep each size x mode's pipeline root (default: deleted once "
                              "measured; 16x ones take several GB)")
-    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results",
-                                                      "results_scale.json"))
+    parser.add_argument("--out", default="scale.json",
+                        help="a result file (a bare name: in benchmarks/results/)")
     parser.add_argument("--run-arg", action="append", default=[], metavar="FLAG",
                         help="a flag for every `nmt run`, e.g. --run-arg=--tokenizer="
                              "sentencepiece (repeatable)")

@@ -1,7 +1,7 @@
 """Reads benchmarks/scale.py's JSON and prints the cost curves as markdown; draws them.
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/scale_report.py \
-           [--results benchmarks/results/results_scale.json]
+           [--results scale.json]
            [--plot benchmarks/results/scale.png]
 
 Prints, per component and Beam mode:
@@ -22,7 +22,6 @@ reported apart from full ones.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -30,6 +29,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks import results  # noqa: E402
 from benchmarks.scale import COMPONENTS, MODES  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def report(data: dict, plot_path: str | None) -> list[str]:
         machine = session.get("machine", {})
         lines.append(f"Machine (latest session): {machine.get('cpu_model')}, "
                      f"{machine.get('cores')} cores, {machine.get('memory_gb')} GiB, "
-                     f"avx512_bf16 {machine.get('avx512_bf16')}, {machine.get('date')}, "
+                     f"{' '.join(machine.get('cpu_features') or [])}, {machine.get('date')}, "
                      f"tfx {machine.get('tfx')}, apache-beam {machine.get('apache-beam')}")
     series: dict[tuple, list[tuple[int, dict]]] = {}
     for (lines_per_copy, size, mode, component), row in sorted(
@@ -215,13 +215,12 @@ def plot(series: dict[tuple, list[tuple[int, dict]]], path: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results",
-                                                          "results_scale.json"))
-    parser.add_argument("--plot", default=os.path.join(REPO, "benchmarks", "results", "scale.png"),
+    parser.add_argument("--results", default="scale.json",
+                        help="scale.py's result file (a bare name: in benchmarks/results/)")
+    parser.add_argument("--plot", default=os.path.join(results.RESULTS, "scale.png"),
                         help="PNG to write ('' for none)")
     args = parser.parse_args(argv)
-    with open(args.results) as f:
-        data = json.load(f)
+    data = results.read(args.results)["figures"]
     print("\n".join(report(data, args.plot or None)))
 
 

@@ -16,13 +16,12 @@ Without --variant: float32, mixed_bfloat16 and mixed_float16 (the precision comp
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 
 import tensorflow as tf
 
-from benchmarks import pipeline_outputs
+from benchmarks import pipeline_outputs, results
 from pipeline import tensorflow_env
 from trainer_module import budget, devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
@@ -42,6 +41,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per variant and round")
     parser.add_argument("--variant", action="append", help="NAME=FIELD=VALUE[,FIELD=VALUE...]")
+    parser.add_argument("--output", help="also write a result file (a bare name: in "
+                                         "benchmarks/results/)")
     args, output, train_files, base = pipeline_outputs.parse_training_args(parser)
     variants = dict(parse_variant(v) for v in args.variant or PRECISIONS)
     configs = {name: hparams_lib.with_overrides(base, o) for name, o in variants.items()}
@@ -70,7 +71,7 @@ def main() -> None:
     tokens_per_second = {n: round(tokens[n] / len(batches[n]) / median[n] * 1000)
                          for n in names}
     first = names[0]
-    print(json.dumps({
+    timed = {
         "profile": args.profile, "cpu_bfloat16_units": devices.cpu_has_bfloat16_units(),
         "onednn_kernels": devices.onednn_enabled(),
         "tensorflow_env": {name: os.environ.get(name) for name in tensorflow_env.DEFAULTS},
@@ -82,7 +83,9 @@ def main() -> None:
         "speedup_vs_first": {n: round(median[first] / median[n], 2) for n in names},
         "tokens_per_second_vs_first": {
             n: round(tokens_per_second[n] / tokens_per_second[first], 2) for n in names},
-    }, indent=2))
+    }
+    results.emit(args.output, "training step time per variant, alternating rounds in one "
+                 "process", timed)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ search; sacreBLEU, all references):
 
     python benchmarks/time_curve.py --pipeline-root ROOT --minutes 15 30 60 120 \\
         [--model-run ROOT/Trainer/model_run/N] [--beam]
-        [--out benchmarks/results/results_time_curve.json]
+        [--out time_curve.json]
 
 The history's `train_seconds` (wall seconds of training, validation included, summed over
 restarts) gives each checkpoint's time; runs from before it was recorded, or that shared the
@@ -30,6 +30,7 @@ import os
 import sys
 import tempfile
 
+from benchmarks import results
 from benchmarks.quality import evaluate
 from benchmarks.pipeline_outputs import latest
 
@@ -122,7 +123,8 @@ def main() -> None:
                         help="time each checkpoint as step x this instead of the history's "
                              "train_seconds: for older runs, and runs that shared the CPU")
     parser.add_argument("--beam", action="store_true", help="also score beam search")
-    parser.add_argument("--out", default="benchmarks/results/results_time_curve.json")
+    parser.add_argument("--out", default="time_curve.json",
+                        help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
     model_run = args.model_run or latest(os.path.join(args.pipeline_root, "Trainer",
                                                       "model_run", "*"))
@@ -150,9 +152,9 @@ def main() -> None:
             print(f"[{minutes:g} min] step {entry['step']} ({entry['minutes']} min): test BLEU "
                   f"{row['test']['bleu']:.2f} ({number}/{len(args.minutes)} done)",
                   file=sys.stderr, flush=True)
-    with open(args.out, "w") as f:
-        json.dump({"model_run": model_run, "checkpoints": checkpoints, "rows": rows}, f,
-                  indent=2)
+    results.write(args.out, "test BLEU of every checkpoint of one training against its "
+                  "training minutes", {"model_run": model_run, "checkpoints": checkpoints,
+                                       "rows": rows})
 
 
 if __name__ == "__main__":

@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
-import json
 import os
-import platform
 import time
 
+from benchmarks import results
 from pipeline import translate
 
 LONG_OUTPUT_WORDS = 30
@@ -31,7 +30,6 @@ LONG_OUTPUT_WORDS = 30
 DECODING_CODE = ("trainer_module/model.py", "trainer_module/decoding.py",
                  "trainer_module/export.py", "trainer_module/segmentation.py",
                  "pipeline/translate.py")
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -79,9 +77,7 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int) -> dict:
             long_outputs[model_dir, name] = sum(len(o.split()) > LONG_OUTPUT_WORDS
                                                 for o in outputs)
     return {"decoding_code": decoding_code_fingerprint(), "sentences": len(sentences),
-            "rounds": rounds,
-            "batch_size": translate.BATCH_SIZE, "machine": platform.processor() or
-            platform.machine(), "cpu_threads": os.cpu_count(),
+            "rounds": rounds, "batch_size": translate.BATCH_SIZE,
             "models": {m: {name: {"sentences_per_second": [round(len(sentences) / s, 1)
                                                            for s in seconds[m, name]],
                                   "ms_per_sentence": round(1000 * min(seconds[m, name])
@@ -100,15 +96,15 @@ def main() -> None:
     parser.add_argument("--source", required=True, help="English sentences, one per line")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lines", type=int, default=0, help="the first N lines (0: all)")
-    parser.add_argument("--output", default=os.path.join(RESULTS, "translate_speed.json"))
+    parser.add_argument("--output", default="translate_speed.json",
+                        help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
     with open(args.source, encoding="utf-8") as f:
         sentences = f.read().splitlines()[:args.lines or None]
     result = measure([translate.resolve_model_dir(m) for m in args.model], sentences,
                      args.rounds)
-    with open(args.output, "w") as f:
-        json.dump(result, f, indent=1)
-    print(json.dumps(result, indent=1))
+    results.emit(args.output, "decoding speed through the serving signatures, greedy and beam "
+                 "search, batches by length and in input order", result)
 
 
 if __name__ == "__main__":

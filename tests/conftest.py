@@ -36,7 +36,8 @@ MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
                   "test_budget": "training", "test_settings": "training",
                   "test_training": "training", "test_imports": "layout",
                   "test_benchmarks_import": "layout", "test_export": "serving",
-                  "test_segmentation": "serving", "test_flink": "flink"}
+                  "test_segmentation": "serving", "test_flink": "flink",
+                  "test_figures": "figures"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
 SLOW_FIXTURES = {"overfit", "exported_translator"}
 # `make test` runs on two pytest-xdist workers, and each worker builds its own session- and

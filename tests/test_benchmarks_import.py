@@ -5,7 +5,6 @@ decoding-speed benchmark has measured the decoding code as it is now."""
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 
@@ -49,13 +48,12 @@ def test_decoding_speed_was_measured_on_this_decoding_code():
     until `translate_speed.py` has measured it (BENCHMARKS.md, "Decoding speed")."""
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
-    from benchmarks import translate_speed
+    from benchmarks import results, translate_speed
 
     measured = {}
-    for name in sorted(os.listdir(translate_speed.RESULTS)):
+    for name in sorted(os.listdir(results.RESULTS)):
         if name.startswith("translate_speed") and name.endswith(".json"):
-            with open(os.path.join(translate_speed.RESULTS, name)) as f:
-                measured[name] = json.load(f).get("decoding_code")
+            measured[name] = results.read(name)["figures"].get("decoding_code")
     current = translate_speed.decoding_code_fingerprint()
     assert current in measured.values(), (
         f"No decoding-speed result in benchmarks/results/ measured the decoding code as it is "

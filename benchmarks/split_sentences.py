@@ -2,19 +2,19 @@
 its `serving_default`: each line split by `trainer_module.segmentation.split_sentences`, every
 sentence translated as `nmt translate` does, the translations joined with a space. That is
 the computation today's export does in its graph, so an old model can be scored both ways
-without retraining (BENCHMARKS.md, "Recipes on the dev set").
+without retraining (BENCHMARKS.md, "Decisions").
 
-Usage: python -m benchmarks.experiments.split_sentences --model DIR \
+Usage: python -m benchmarks.split_sentences --model DIR \
            --source ../shared/data/tatoeba-dev/X.eng --reference ../shared/data/tatoeba-dev/X.fra \
            [--hypotheses out.txt] [--output out.json]
 """
 from __future__ import annotations
 
 import argparse
-import json
 
 import tensorflow as tf
 
+from benchmarks import results
 from pipeline.evaluate import score, write_atomically
 from pipeline.translate import translate
 from trainer_module.segmentation import split_sentences
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--source", required=True, help="English, one line each")
     parser.add_argument("--reference", required=True, help="French, one reference per line")
     parser.add_argument("--hypotheses", help="write the translations here")
-    parser.add_argument("--output", help="write the scores as JSON here")
+    parser.add_argument("--output", help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
     with open(args.source, encoding="utf-8") as f:
         lines = f.read().splitlines()
@@ -46,10 +46,8 @@ def main() -> None:
     result = {"model": args.model, "sentences": sentences, **score(hypotheses, [references])}
     if args.hypotheses:
         write_atomically(args.hypotheses, hypotheses)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-    print(json.dumps(result, indent=1))
+    results.emit(args.output, "dev-set BLEU of a model exported before sentence splitting, "
+                 "with the splitting applied around it", result)
 
 
 if __name__ == "__main__":

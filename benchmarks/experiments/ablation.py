@@ -10,10 +10,10 @@ eval split (printed at the end and stored as "chosen_on_eval"); the test split i
 that choice, never used to make it. Run it alone on the machine: the budget is wall time, so
 anything else running costs a variant steps.
 
-Usage: python benchmarks/ablation.py --data ../shared/data/fra-eng/fra.txt \\
+Usage: python -m benchmarks.experiments.ablation --data ../shared/data/fra-eng/fra.txt \\
            --pipeline-root /work/runs/full (--minutes 10 | --steps 1442 [--step-cost NAME=RATIO]) \\
            [--variant NAME ...] [--beam NAME ...] \\
-           [--out benchmarks/results/results_ablation.json]
+           [--out docs/benchmarks-history/results/results_ablation.json]
 Results are appended per variant as they finish, so a long run can be read (and resumed with
 --variant) part way.
 """
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--beam", action="append", choices=sorted(VARIANTS),
                         help="also score these with beam search (default: "
                         f"{', '.join(BEAM_VARIANTS)})")
-    parser.add_argument("--out", default="benchmarks/results/results_ablation.json")
+    parser.add_argument("--out", default="docs/benchmarks-history/results/results_ablation.json")
     args = parser.parse_args()
     args.step_cost = {name: float(ratio) for name, _, ratio in
                       (item.partition("=") for item in args.step_cost)}

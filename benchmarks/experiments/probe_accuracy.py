@@ -7,7 +7,7 @@ timings and rotate the precisions. Then `fit` trains --fit-steps more steps and 
 taken from the end of its 10th step to the end of the last (tracing left out). What the budget
 uses is the probe's ratio to the real rate, so that is what is reported.
 
-Usage: python benchmarks/probe_accuracy.py --pipeline-root nmt_runs [--profile cpu]
+Usage: python -m benchmarks.experiments.probe_accuracy --pipeline-root nmt_runs [--profile cpu]
            [--rounds 3] [--fit-steps 100]
 """
 from __future__ import annotations

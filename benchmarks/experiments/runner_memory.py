@@ -2,9 +2,9 @@
 pipeline of the same shape and none of this project's code, at two corpus sizes, in turn.
 
 Usage:
-  PYTHONPATH=. .venv/bin/python benchmarks/runner_memory.py --sizes 4,16 \
+  PYTHONPATH=. .venv/bin/python -m benchmarks.experiments.runner_memory --sizes 4,16 \
       --modes multi_processing,in_memory --data-root /work/scale_data \
-      --out benchmarks/results/results_runner_memory.json
+      --out runner_memory.json
 
 The plain pipeline reads the same corpus files with Beam's ReadFromText, groups the French
 references by English sentence (GroupByKey), joins each group into one line, reshuffles
@@ -18,7 +18,8 @@ For each size, mode and variant (ExampleGen first, then the plain pipeline), eac
 process: wall time and the peaks of the process tree's RSS, the runner process's (in_memory:
 the only process) and the largest worker's (scale.PeakMemory). The summary gives, per variant
 and mode, each peak's growth from the smallest to the largest size and the bytes it grew per
-added line. Results go to --out as JSON, rewritten after every run.
+added line. Results go to --out, a result file (benchmarks/results.py), rewritten after
+every run.
 """
 from __future__ import annotations
 
@@ -120,8 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     scale.add_corpus_arguments(parser, sizes="4,16")
-    parser.add_argument("--out", default=os.path.join(scale.REPO, "benchmarks", "results",
-                                                      "results_runner_memory.json"))
+    parser.add_argument("--out", default="runner_memory.json",
+                        help="a result file (a bare name: in benchmarks/results/)")
     parser.add_argument("--plain-corpus", help=argparse.SUPPRESS)  # the child process
     parser.add_argument("--plain-out", help=argparse.SUPPRESS)
     parser.add_argument("--beam-arg", action="append", default=[], help=argparse.SUPPRESS)
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"modes are {', '.join(scale.MODES)}; sizes are >= 1")
 
     results = scale.Results(args.out, {"machine": scale.machine_info(), "argv": sys.argv[1:]},
-                            overwrite=True)
+                            overwrite=True, measured="peak memory of ExampleGen beside a "
+                            "plain Beam pipeline grouping the same corpus, per size and mode")
     runs_root = os.path.join(args.data_root, "runner_memory_runs")
     os.makedirs(runs_root, exist_ok=True)
     steps = [(m, k, v) for m in modes for k in sizes for v in VARIANTS]

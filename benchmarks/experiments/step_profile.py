@@ -8,7 +8,7 @@ CPU milliseconds per step summed over TensorFlow's compute threads, so on 2 core
 to about twice the wall time of a step. The name scope of a gradient op starts with
 `gradient_tape/`; the loss is `global_token_mean_cross_entropy`.
 
-Usage: python -m benchmarks.step_profile --pipeline-root nmt_runs [--profile cpu]
+Usage: python -m benchmarks.experiments.step_profile --pipeline-root nmt_runs [--profile cpu]
            [--precision mixed_bfloat16] [--steps 10] [--top 25] [--output result.json]
 """
 from __future__ import annotations
@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import json
 import os
 import tempfile
 
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from benchmarks import pipeline_outputs
+from benchmarks import pipeline_outputs, results
 from trainer_module import budget, devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
 from trainer_module.task import build_keras_model
@@ -85,10 +84,8 @@ def main() -> None:
         "loss_share": round(sum(v for k, v in by_scope.items()
                                 if "cross_entropy" in k) / total, 3),
     }
-    print(json.dumps(result, indent=2))
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=1)
+    results.emit(args.output, "where a training step's time goes: op time by op type and name "
+                 "scope, from TensorFlow's profiler", result)
 
 
 if __name__ == "__main__":

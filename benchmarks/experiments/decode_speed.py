@@ -4,7 +4,8 @@ The seeds re-run the whole model for every generated token from a Python loop, o
 padded to a fixed length. Both run on the same weights and inputs, in this process, side by
 side; sentences/s and ms/sentence at batch 1 and 64, and whether the tokens agree.
 
-Usage: python benchmarks/decode_speed.py [--saved-model DIR] [--profile cpu] [--repeats 3]
+Usage: python -m benchmarks.experiments.decode_speed [--saved-model DIR] [--profile cpu]
+           [--repeats 3]
 Without --saved-model, a randomly initialized model of the profile's size is used (speed does
 not depend on the weights; with random weights few sentences stop early, so both decoders run
 to the length limit: the fair worst case).

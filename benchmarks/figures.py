@@ -1,0 +1,279 @@
+"""Renders the tables of today's figures from benchmarks/results/ into README.md and
+BENCHMARKS.md, between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`.
+
+Usage: python benchmarks/figures.py          # rewrite the tables (make figures)
+       python benchmarks/figures.py --check  # exit 1 naming each table that differs
+                                             # (make figures-check; tests/test_figures.py)
+
+A table is declared in TABLES: its columns and its rows. A row reads one result file
+(benchmarks/results.py's layout) and fills its cells from format templates over the file's
+record, e.g. "{figures[dev_greedy][bleu]:.2f}"; a row whose file does not exist yet renders
+"not measured yet". benchmarks/README.md says how to add a table.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import os
+import re
+import sys
+from typing import Callable
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # run as a script, from anywhere
+    sys.path.insert(0, REPO)
+
+from benchmarks import results  # noqa: E402
+
+PAGES = ("README.md", "BENCHMARKS.md")
+NOT_MEASURED = "not measured yet"
+Cell = str | Callable[[dict], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row per file: `source` is a result file's name in benchmarks/results/ (a glob gives
+    one row per matching file), `cells` one template or function per column. With `items`,
+    one row per element of the list it picks from the file's record, as `item` in the
+    templates."""
+    source: str
+    cells: tuple[Cell, ...]
+    items: Callable[[dict], list] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[str, ...]
+    rows: tuple[Row, ...]
+
+
+def _cell(cell: Cell, record: dict) -> str:
+    return cell(record) if callable(cell) else cell.format(**record)
+
+
+def _machine(record: dict) -> str:
+    """The machine kind in a few words: its CPU and the features that set its kernels."""
+    machine = record["machine"]
+    features = machine.get("cpu_features") or []
+    kind = ("AMX" if "amx_bf16" in features else "AVX-512 bf16" if "avx512_bf16" in features
+            else "AVX-512" if "avx512f" in features else "AVX2" if "avx2" in features else "")
+    cpu = (machine.get("cpu_model") or "CPU").replace("(R)", "").replace(" Processor", "")
+    return ", ".join(part for part in (cpu, kind, f"{machine.get('cores')} cores",
+                                       machine.get("gpu")) if part)
+
+
+def _source(record: dict) -> str:
+    return f"`{record['file']}`"
+
+
+def _speed(record: dict, variant: str, key: str = "sentences_per_second") -> float:
+    """A translate_speed.py figure of the last model it measured (the newest export): the best
+    round's sentences per second, or ms per sentence."""
+    value = list(record["figures"]["models"].values())[-1][variant][key]
+    return max(value) if isinstance(value, list) else value
+
+
+def _scale_rows(record: dict, mode: str, size: int, component: str | None = None) -> list:
+    """A scale.py result's completed rows of one Beam mode and corpus size (full corpora,
+    not smoke ones), of one component or all."""
+    return [row for row in record["figures"]["rows"]
+            if row.get("status") == "ok" and row["mode"] == mode and row["size"] == size
+            and not row.get("lines_per_copy") and component in (None, row["component"])]
+
+
+def _speedup(size: int, key: str = "subprocess_s") -> Callable[[dict], str]:
+    """How much faster 2 workers ran the data half than one process, from a scale.py result:
+    the in-memory seconds over the multi_processing ones, summed over rounds."""
+    def cell(record: dict) -> str:
+        seconds = {mode: sum(row[key] for row in _scale_rows(record, mode, size))
+                   for mode in ("in_memory", "multi_processing")}
+        return f"{seconds['in_memory'] / seconds['multi_processing']:.2f}×"
+    return cell
+
+
+def _data_half(mode: str, size: int, key: str, fold: Callable = sum) -> Callable[[dict], str]:
+    """The data half's seconds (summed) or peak MB (the largest) over its components, from a
+    scale.py result, for one Beam mode and corpus size."""
+    def cell(record: dict) -> str:
+        values = [row[key] for row in _scale_rows(record, mode, size)]
+        return f"{fold(values):,.0f}" if values else NOT_MEASURED
+    return cell
+
+
+def _component(component: str, mode: str, size: int, key: str,
+               digits: int = 1) -> Callable[[dict], str]:
+    """One component's figure from a scale.py result (its newest row), "–" if not measured."""
+    def cell(record: dict) -> str:
+        rows = _scale_rows(record, mode, size, component)
+        return f"{rows[-1][key]:,.{digits}f}" if rows else "–"
+    return cell
+
+
+def _history_link(record: dict) -> str:
+    """A link to the history section of a decision, named by its heading's first words."""
+    section = record["item"]["section"]
+    return (f"[{section.split(':')[0].split(' (')[0]}]"
+            f"(docs/benchmarks-history.md#{_anchor(section)})")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def _figure(label: str, source: str, value: Cell) -> Row:
+    """A row of the table of today's figures: what, its value, where it was measured."""
+    return Row(source, (label, value, _machine, "{commit}", _source))
+
+
+GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
+ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
+           "DirectRunner, 2 workers"), ("flink", "Flink"))
+
+TABLES = (
+    Table("scores", ("machine", "commit", "steps", "`make run`, min", "dev BLEU, greedy",
+                     "dev BLEU, beam 4", "test split BLEU, one reference", "dev chrF, greedy"),
+          (Row("make_run_*.json", (
+              _machine, "{commit}", "{figures[steps]:,}", "{figures[minutes]:.0f}",
+              "{figures[dev_greedy][bleu]:.2f}", "{figures[dev_beam][bleu]:.2f}",
+              "{figures[test_greedy][bleu_one_reference]:.2f}",
+              "{figures[dev_greedy][chrf]:.2f}")),)),
+    Table("make-run", ("machine", "commit", "steps", "training, min", "`make run`, min",
+                       "peak memory, GB", "dev BLEU, greedy / beam 4", "dev chrF",
+                       "test BLEU, one reference", "result file"),
+          (Row("make_run_*.json", (
+              _machine, "{commit}", "{figures[steps]:,}", "{figures[training_minutes]:.1f}",
+              "{figures[minutes]:.1f}", "{figures[peak_memory_gb]:.1f}",
+              "{figures[dev_greedy][bleu]:.2f} / {figures[dev_beam][bleu]:.2f}",
+              "{figures[dev_greedy][chrf]:.2f}", "{figures[test_greedy][bleu_one_reference]:.2f}",
+              _source)),)),
+    Table("today", ("figure", "value", "machine", "commit", "result file"), (
+        _figure("run-to-run difference, dev BLEU (paired bootstrap sd)", "run_to_run_amx.json",
+                "{figures[difference]:+.2f} ({figures[bootstrap_sd]:.2f})"),
+        _figure("dev BLEU below the eval split's: references / lengths / content", "gap.json",
+                "{figures[references]:.1f} / {figures[lengths]:.1f} / {figures[content]:.1f}"),
+        _figure("decoding, sentences/s, greedy / beam 4 (best round)",
+                "translate_speed_beam_stop.json",
+                lambda r: f"{_speed(r, GREEDY):.0f} / {_speed(r, BEAM):.0f}"),
+        _figure("beam 4's time per sentence over greedy's", "translate_speed_beam_stop.json",
+                lambda r: f"{_speed(r, BEAM, MS) / _speed(r, GREEDY, MS):.1f}×"),
+        _figure("training step, ms, mixed_bfloat16 / float32",
+                "step_time_loss_gradient_amx.json",
+                "{figures[ms_per_step_median][bf16]:.0f} / "
+                "{figures[ms_per_step_median][f32]:.0f}"),
+        _figure("training step, ms, float32", "step_time_vocab_avx2.json",
+                "{figures[ms_per_step_median][f32_8k]:,.0f}"),
+        _figure("fra.txt: lines read / examples (train, eval, test)", "data_half.json",
+                "{figures[lines_read]:,} / {figures[examples]:,} "
+                "({figures[split_sizes][train]:,}, {figures[split_sizes][eval]:,}, "
+                "{figures[split_sizes][test]:,})"),
+        _figure("the data half at 16×, s, in memory / 2 workers", "scale.json",
+                lambda r: f"{_data_half('in_memory', 16, 'component_s')(r)} / "
+                          f"{_data_half('multi_processing', 16, 'component_s')(r)}"),
+        _figure("the data half at 4×, speed-up of 2 workers", "scale_data_half_x4_amx.json",
+                _speedup(4)),
+        _figure("`make test`: tests passed, minutes", "test_suite.json",
+                "{figures[passed]} in {figures[minutes]:.0f}"),
+    )),
+    Table("scaling", ("component", "1× s", "4× s", "16× s", "16× s, 2 workers",
+                      "16× peak MB, in memory / 2 workers"),
+          tuple(Row("scale.json", (
+              component,
+              *(_component(component, "in_memory", s, "component_s") for s in (1, 4, 16)),
+              _component(component, "multi_processing", 16, "component_s"),
+              lambda r, c=component: (
+                  _component(c, "in_memory", 16, "peak_rss_mb", 0)(r) + " / "
+                  + _component(c, "multi_processing", 16, "peak_rss_mb", 0)(r))))
+                for component in ("FraTxtExampleGen", "StatisticsGen", "Transform"))),
+    Table("decisions", ("change", "dev BLEU difference", "bootstrap sd", "against", "kept",
+                        "history"),
+          (Row("decisions.json", (
+              "{item[change]}", "{item[difference]}", "{item[sd]}", "{item[against]}",
+              "{item[kept]}", _history_link),
+              items=lambda r: r["figures"]["decisions"]),)),
+    # Placeholders for measurements under way: each renders "not measured yet" until its
+    # result file exists.
+    Table("engines", ("engine", "1× s", "4× s", "16× s", "1× peak MB", "4× peak MB",
+                      "16× peak MB", "result file"),
+          tuple(Row("scale_engines.json", (
+              label,
+              *(_data_half(mode, s, "component_s") for s in (1, 4, 16)),
+              *(_data_half(mode, s, "peak_rss_mb", max) for s in (1, 4, 16)),
+              _source)) for mode, label in ENGINES)),
+    Table("long-sentences", ("machine", "commit", "BLEU, >30 words", "chrF, >30 words",
+                             "output/reference length, median / min", "loops",
+                             "dev BLEU, all lines", "result file"),
+          (Row("long_sentences_*.json", (
+              _machine, "{commit}", "{figures[bleu_over_30_words]:.2f}",
+              "{figures[chrf_over_30_words]:.2f}",
+              "{figures[length_ratio_median]:.2f} / {figures[length_ratio_min]:.2f}",
+              "{figures[loops]}", "{figures[dev_bleu]:.2f}", _source)),)),
+)
+
+
+def render(table: Table, results_dir: str = results.RESULTS) -> str:
+    """The table as markdown, from the result files in `results_dir`."""
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    missing = set()
+    for row in table.rows:
+        paths = sorted(glob.glob(os.path.join(results_dir, row.source)))
+        if not paths and row.source not in missing:
+            missing.add(row.source)
+            lines.append(f"| {NOT_MEASURED}: `{row.source}` |" + " |" * (len(table.columns) - 1))
+        for path in paths:
+            record = {**results.read(path), "file": os.path.basename(path)}
+            for item in row.items(record) if row.items else [None]:
+                lines.append("| " + " | ".join(_cell(cell, {**record, "item": item})
+                                               for cell in row.cells) + " |")
+    return "\n".join(lines)
+
+
+def _block(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- figures:{re.escape(name)} -->\n)(.*?)(<!-- /figures:"
+                      rf"{re.escape(name)} -->)", re.DOTALL)
+
+
+def update(text: str, results_dir: str = results.RESULTS) -> tuple[str, list[str]]:
+    """The page with every generated table rewritten, and the names of those that changed."""
+    known = {table.name for table in TABLES}
+    changed = [f"{name} (no such table in benchmarks/figures.py)"
+               for name in re.findall(r"<!-- figures:([\w-]+) -->", text) if name not in known]
+    for table in TABLES:
+        pattern = _block(table.name)
+        rendered = render(table, results_dir) + "\n"
+        for match in list(pattern.finditer(text)):
+            if match.group(2) != rendered:
+                changed.append(table.name)
+        text = pattern.sub(lambda m: m.group(1) + rendered + m.group(3), text)
+    return text, changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a generated table differs")
+    parser.add_argument("--repo", default=REPO, help="where README.md and BENCHMARKS.md are")
+    parser.add_argument("--results", default=results.RESULTS)
+    args = parser.parse_args(argv)
+    stale = []
+    for page in PAGES:
+        path = os.path.join(args.repo, page)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        new, changed = update(text, args.results)
+        stale += [f"{page}: figures:{name}" for name in changed]
+        if new != text and not args.check:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new)
+    if stale and args.check:
+        print("Generated tables differ from benchmarks/results/ (run `make figures`):\n  "
+              + "\n  ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

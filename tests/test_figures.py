@@ -1,0 +1,106 @@
+"""README's and BENCHMARKS' tables of today's figures are what benchmarks/results/ says:
+`make figures-check` passes on the committed pages, and fails, naming the table, when a
+generated table is edited by hand or a result file changes without `make figures`. Every
+result file has the one layout benchmarks/results.py writes. Nothing here imports TensorFlow."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from helpers import REPO
+
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from benchmarks import figures, results, suite_time  # noqa: E402
+
+FIELDS = {"schema", "measured", "command", "commit", "date", "machine", "figures"}
+MACHINE = {"cpu_model", "cpu_features", "cores", "memory_gb", "gpu"}
+
+
+def _copy_pages(tmp_path) -> str:
+    for page in figures.PAGES:
+        shutil.copy(os.path.join(REPO, page), tmp_path / page)
+    return str(tmp_path)
+
+
+def test_the_committed_tables_match_the_result_files(capsys):
+    assert figures.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_every_table_is_shown_on_a_page():
+    text = "".join(open(os.path.join(REPO, page), encoding="utf-8").read()
+                   for page in figures.PAGES)
+    missing = [t.name for t in figures.TABLES if f"<!-- figures:{t.name} -->" not in text]
+    assert not missing, f"tables on no page: {missing}"
+
+
+def test_a_hand_edited_table_fails_the_check_naming_it(tmp_path, capsys):
+    repo = _copy_pages(tmp_path)
+    page = tmp_path / "README.md"
+    text = page.read_text(encoding="utf-8")
+    start = text.index("<!-- figures:scores -->")
+    row = text.index("\n|", text.index("|---", start))  # the table's first row: a cell edited
+    page.write_text(text[:row] + "\n| edited " + text[row + 2:], encoding="utf-8")
+    assert figures.main(["--check", "--repo", repo]) == 1
+    assert "README.md: figures:scores" in capsys.readouterr().err
+    assert figures.main(["--repo", repo]) == 0  # `make figures` puts it back
+    assert page.read_text(encoding="utf-8") == text
+
+
+def test_a_changed_result_file_fails_the_check(tmp_path, capsys):
+    repo = _copy_pages(tmp_path)
+    copied = tmp_path / "results"
+    shutil.copytree(results.RESULTS, copied)
+    record = json.loads((copied / "make_run_amx.json").read_text(encoding="utf-8"))
+    record["figures"]["dev_greedy"]["bleu"] += 1
+    (copied / "make_run_amx.json").write_text(json.dumps(record), encoding="utf-8")
+    assert figures.main(["--check", "--repo", repo, "--results", str(copied)]) == 1
+    err = capsys.readouterr().err
+    assert "README.md: figures:scores" in err and "BENCHMARKS.md: figures:make-run" in err
+
+
+def test_an_unknown_marker_fails_the_check(tmp_path, capsys):
+    repo = _copy_pages(tmp_path)
+    with open(tmp_path / "BENCHMARKS.md", "a", encoding="utf-8") as f:
+        f.write("<!-- figures:no-such-table -->\n<!-- /figures:no-such-table -->\n")
+    assert figures.main(["--check", "--repo", repo]) == 1
+    assert "no-such-table" in capsys.readouterr().err
+
+
+def test_a_table_without_its_result_file_says_not_measured_yet(tmp_path):
+    table = figures.Table("absent", ("engine", "16× s"),
+                          (figures.Row("scale_engines.json", ("x", "{figures[s]}")),))
+    rendered = figures.render(table, str(tmp_path))
+    assert rendered.splitlines()[2] == "| not measured yet: `scale_engines.json` | |"
+
+
+def test_write_records_the_layout_and_the_machine(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("model name\t: Some CPU\nflags\t\t: fpu avx2 avx512f amx_bf16\n")
+    machine = results.machine(str(cpuinfo))
+    assert machine["cpu_model"] == "Some CPU"
+    assert machine["cpu_features"] == ["avx2", "avx512f", "amx_bf16"]
+    path = str(tmp_path / "x.json")
+    results.write(path, "a test", {"a": 1}, argv=["--flag"])
+    record = results.read(path)
+    assert FIELDS <= record.keys() and record["figures"] == {"a": 1}
+    assert record["command"].endswith("--flag") and MACHINE <= record["machine"].keys()
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(results.RESULTS)
+                                        if n.endswith(".json")))
+def test_every_result_file_has_the_layout(name):
+    record = results.read(name)
+    assert FIELDS <= record.keys() and record["schema"] == results.SCHEMA
+    assert MACHINE <= record["machine"].keys(), name
+
+
+def test_suite_time_reads_pytests_last_summary_line():
+    log = ("== 3 passed in 1.00s ==\n"
+           "==== 476 passed, 2 failed, 5 warnings in 798.00s (0:13:18) ====\n")
+    assert suite_time.summary(log) == {"passed": 476, "minutes": 13.3, "failed": 2}
