@@ -30,5 +30,21 @@ RUN python -m pip install --no-cache-dir -c /opt/nmt/constraints-py310.txt \
 # it is the packaged copy, so the two cannot differ.
 RUN mkdir -p /pipeline \
     && ln -s "$(python -c 'import schemas; print(schemas.SCHEMA_FILE)')" /pipeline/schema.pbtxt
+# Beam's Flink job server, for `nmt kubeflow compile --beam-runner flink` (pipeline/flink.py):
+# Beam's FlinkRunner starts it in a task's pod from this launcher jar and submits to the
+# cluster. Maven Central serves the 2.59.0 job service there (the pom says why it is 2.57.0
+# on the project's own machines). Flink on Java 17 needs the module openings below.
+COPY pipeline/flink-job-server.pom.xml /opt/nmt/flink/pom.xml
+RUN apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        openjdk-17-jre-headless maven \
+    && mvn -q -f /opt/nmt/flink/pom.xml -Djob.service.version=2.59.0 \
+        dependency:copy-dependencies -DoutputDirectory=/opt/nmt/flink/lib \
+    && python -c "import glob, os; from pipeline import flink; \
+flink.write_launcher_jar(os.pathsep.join(sorted(glob.glob('/opt/nmt/flink/lib/*.jar'))), \
+flink.IMAGE_LAUNCHER_JAR)" \
+    && apt-get purge -y -qq maven && apt-get autoremove -y -qq \
+    && rm -rf /root/.m2 /var/lib/apt/lists/*
+ENV JDK_JAVA_OPTIONS="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.text=ALL-UNNAMED --add-opens=java.base/java.time=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED --add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED --add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED"
 # Every executor and module the compiled spec names, and tensorflow_text, import here.
 RUN python /opt/nmt/check_image.py

@@ -34,16 +34,17 @@ run: venv flink-if-java
 	$(BIN)/nmt run $(ARGS)
 
 # `nmt run --beam-runner flink` runs Beam's Flink job server (pipeline/flink-job-server.pom.xml):
-# Maven resolves its jars into ~/.m2 and the classpath goes beside the venv's Python, where
-# pipeline/flink.py reads it. Nothing is fetched at run time.
-FLINK_CLASSPATH := $(VENV)/share/nmt/flink-job-server.classpath
-flink: venv $(FLINK_CLASSPATH)
+# Maven resolves its jars into ~/.m2, and a launcher jar naming them goes beside the venv's
+# Python, where pipeline/flink.py finds it. Nothing is fetched at run time.
+FLINK_JAR := $(VENV)/share/nmt/flink-job-server.jar
+flink: venv $(FLINK_JAR)
 
-$(FLINK_CLASSPATH): pipeline/flink-job-server.pom.xml
+$(FLINK_JAR): pipeline/flink-job-server.pom.xml pipeline/flink.py
 	@command -v java >/dev/null || { echo "make flink: Java is missing (OpenJDK 17: apt-get install openjdk-17-jre-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "make flink: Maven is missing (apt-get install maven)"; exit 1; }
-	mkdir -p $(dir $@)
-	mvn -q -f pipeline/flink-job-server.pom.xml dependency:build-classpath -Dmdep.outputFile=$(abspath $@)
+	mvn -q -f pipeline/flink-job-server.pom.xml dependency:build-classpath -Dmdep.outputFile=$(abspath $@).classpath
+	$(BIN)/python -c 'import sys; from pipeline import flink; flink.write_launcher_jar(open(sys.argv[1]).read(), sys.argv[2])' $@.classpath $@
+	rm $@.classpath
 
 # `make run` sets Flink up where Java and Maven are there, and says in one line when not.
 flink-if-java: venv

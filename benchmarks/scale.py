@@ -14,6 +14,9 @@ generated first if missing) and each Beam mode:
   multi_processing  --beam-arg=--direct_running_mode=multi_processing
                     --beam-arg=--direct_num_workers=W (W = --workers, default 2); --beam-arg
                     replaces nmt's defaults, it does not add to them (cli/run.py)
+  flink             --beam-runner flink: Beam's Flink job server with an embedded Flink
+                    cluster of one slot per core, and one SDK worker process per slot
+                    (pipeline/flink.py); the JVM's memory counts in peak_rss_mb
 
 it runs `python -m cli run --data CORPUS --profile smoke --pipeline-root ROOT
 --to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
@@ -80,16 +83,22 @@ from benchmarks import results
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = ("FraTxtExampleGen", "StatisticsGen", "ImportSchemaGen", "StrictExampleValidator",
               "Transform")
-MODES = ("in_memory", "multi_processing")
+MODES = ("in_memory", "multi_processing", "flink")
 SAMPLE_S = 0.5
 MEASURED = ("time and peak memory of each data-half component per corpus size (x fra.txt) "
             "and Beam mode")
 
 
 def beam_args(mode: str, workers: int) -> list[str]:
-    if mode == "in_memory":
+    if mode in ("in_memory", "flink"):
         return []  # nmt's defaults: --direct_running_mode=in_memory --direct_num_workers=1
     return ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+
+
+def engine_args(mode: str) -> tuple[str, ...]:
+    """`nmt run`'s engine flag: Flink is started and stopped by each invocation (its JVM and
+    SDK workers are in the measured process tree)."""
+    return ("--beam-runner", "flink") if mode == "flink" else ()
 
 
 def machine_info() -> dict:
@@ -427,7 +436,8 @@ def main(argv: list[str] | None = None) -> None:
                 log_path = os.path.join(runs_root, "logs",
                                         f"{os.path.basename(corpus)}_{mode}_{component}.log")
                 run = run_component(corpus, root, component, beam_args(mode, args.workers),
-                                    log_path, args.timeout, tuple(args.run_arg))
+                                    log_path, args.timeout,
+                                    (*engine_args(mode), *args.run_arg))
                 row.update(run)
                 if run["status"] == "ok":
                     row.update(component_time(corpus, root, component, run["subprocess_s"]))

@@ -71,10 +71,17 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
                            "gs://BUCKET/fra-eng/fra.txt; its directory is the default of the "
                            "data_root runtime parameter"),
         group.add_argument("--pipeline-name", default=config_lib.PIPELINE_NAME),
+        group.add_argument("--beam-runner", choices=("direct", "flink"), default="direct",
+                           help="the Beam engine of the data steps: direct (default, inside "
+                                "each task) or flink (a Flink 1.16 cluster at --flink-master; "
+                                "docs/scaling.md)"),
+        group.add_argument("--flink-master", metavar="HOST:PORT",
+                           help="with --beam-runner flink: the cluster's REST address"),
         group.add_argument("--beam-arg", action="append", default=None, dest="beam_args",
                            help="Beam argument for Transform, StatisticsGen..., repeatable, e.g. "
                                 "--beam-arg=--runner=DataflowRunner (default: "
-                                + " ".join(config_lib.DEFAULT_BEAM_ARGS) + ")"),
+                                + " ".join(config_lib.DEFAULT_BEAM_ARGS) + "; with flink "
+                                "they are added to the engine's)"),
         group.add_argument("--trainer-gpus", type=_count, default=0,
                            help="GPUs for the Trainer's container (default 0)"),
         group.add_argument("--trainer-gpu-type", default=None,
@@ -230,6 +237,14 @@ def _vertex_training(args: argparse.Namespace) -> kubeflow_runner.VertexTraining
         gpu_type=args.trainer_gpu_type or "NVIDIA_TESLA_T4")
 
 
+def _beam_args(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.beam_runner == "flink":
+        from pipeline import flink
+
+        return flink.cluster_beam_args(args.flink_master) + tuple(args.beam_args or ())
+    return tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS)
+
+
 def _compile_to(args: argparse.Namespace,
                 output_path: str) -> pipeline_spec_pb2.PipelineSpec:
     """Compiles from the flags; returns the PipelineSpec written to output_path."""
@@ -237,13 +252,16 @@ def _compile_to(args: argparse.Namespace,
                                         ("--pipeline-root", args.pipeline_root)) if not value]
     if missing:
         raise UsageError(f"compiling needs {', '.join(missing)}")
+    if (args.beam_runner == "flink") != bool(args.flink_master):
+        raise UsageError("--beam-runner flink and --flink-master go together when compiling: "
+                         "a Kubeflow task has no Flink of its own.")
     _check_storage(args)
     from pipeline import kubeflow_runner  # heavy (TFX, TF): only when needed
 
     config = config_lib.PipelineConfig(
         data_path=args.data, pipeline_name=args.pipeline_name, pipeline_root=args.pipeline_root,
         schema_file=kubeflow_runner.IMAGE_SCHEMA_FILE, **training_config(args),
-        beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS))
+        beam_pipeline_args=_beam_args(args))
     vertex_training = _vertex_training(args)
     try:
         return kubeflow_runner.compile_pipeline(

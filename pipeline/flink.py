@@ -4,25 +4,35 @@ For a whole `nmt run --beam-runner flink`, `flink_engine` starts one Beam Flink 
 JVM with an embedded Flink cluster, or one that submits to `--flink-master`) and, locally, one
 pool of Python SDK workers; every Beam component submits its job to them, and both stop when
 the run ends, also on failure or Ctrl-C. Nothing is downloaded here: `make flink` resolved the
-job server's jars with Maven and wrote their classpath beside the venv's Python.
+job server's jars with Maven and wrote a launcher jar (a manifest naming them) beside the
+venv's Python. The project's image carries the same launcher for Beam's own FlinkRunner,
+which `nmt kubeflow compile --beam-runner flink` names (`cluster_beam_args`).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
+import pathlib
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
+import zipfile
 from typing import Iterator
 
-# Written by `make flink` (Makefile): the job server's jars in the local Maven repository.
-CLASSPATH_FILE = os.path.join(sys.prefix, "share", "nmt", "flink-job-server.classpath")
+# Written by `make flink` (Makefile): a jar whose manifest names the job server's jars in the
+# local Maven repository and its main class, so `java -jar` runs it as Beam's own shaded job
+# server jar would run.
+LAUNCHER_JAR = os.path.join(sys.prefix, "share", "nmt", "flink-job-server.jar")
+IMAGE_LAUNCHER_JAR = "/opt/nmt/flink/flink-job-server.jar"  # the Dockerfile's copy
 JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
+FLINK_VERSION = "1.16"  # of the Beam 2.59.0 runner the registry serves (the pom says why)
 # Flink 1.16 supports Java 8 and 11; on 17 it runs with the module openings below (the ones
 # Flink 1.18's own configuration passes for Java 17), tested here.
 JAVA_VERSIONS = range(11, 18)
@@ -33,7 +43,10 @@ JAVA_OPENS = ("java.base/java.lang", "java.base/java.net", "java.base/java.io",
               "java.base/java.util.concurrent.locks")
 # Where the SDK workers listen on a Flink cluster: the worker pool runs beside each
 # TaskManager (a sidecar from the project's image: docs/scaling.md).
-CLUSTER_WORKER_POOL = "localhost:50000"
+WORKER_POOL_PORT = 50000
+CLUSTER_WORKER_POOL = f"localhost:{WORKER_POOL_PORT}"
+JOB_PORT = 8099  # Beam's job servers' default
+_ENVIRONMENT_CACHE_MS = 3_600_000
 _START_SECONDS = 90  # the JVM's start with Flink's classes, on a slow machine
 _REACH_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
@@ -66,19 +79,39 @@ def check_java(java: str | None = None) -> int:
     return major
 
 
-def job_server_classpath(path: str = CLASSPATH_FILE) -> str:
-    """The classpath `make flink` wrote, every jar of it present, or EngineError."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            classpath = f.read().strip()
-    except FileNotFoundError:
+def _manifest_jars(jar: str) -> list[str]:
+    with zipfile.ZipFile(jar) as z:
+        manifest = z.read("META-INF/MANIFEST.MF").decode("utf-8").replace("\r\n ", "")
+    manifest = manifest.replace("\n ", "")
+    class_path = next(line.split(":", 1)[1] for line in manifest.splitlines()
+                      if line.startswith("Class-Path:"))
+    return [urllib.parse.unquote(urllib.parse.urlparse(url).path) for url in class_path.split()]
+
+
+def write_launcher_jar(classpath: str, jar: str) -> None:
+    """A jar of one manifest: JOB_SERVER_MAIN, and `classpath`'s jars as file: URLs (its lines
+    wrapped at 72 bytes, as the jar format wants)."""
+    urls = " ".join(pathlib.Path(p).resolve().as_uri() for p in classpath.strip().split(os.pathsep))
+    lines = ["Manifest-Version: 1.0", f"Main-Class: {JOB_SERVER_MAIN}",
+             "Created-By: nmt-fra-eng make flink"]
+    text = f"Class-Path: {urls}".encode()
+    lines += [text[:72].decode()] + [" " + text[i:i + 71].decode()
+                                     for i in range(72, len(text), 71)]
+    os.makedirs(os.path.dirname(os.path.abspath(jar)), exist_ok=True)
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("META-INF/MANIFEST.MF", "\r\n".join(lines) + "\r\n")
+
+
+def job_server_jar(jar: str = LAUNCHER_JAR) -> str:
+    """The launcher `make flink` wrote, every jar it names present, or EngineError."""
+    if not os.path.exists(jar):
         raise EngineError("The Flink job server is not installed: run `make flink` (it needs "
-                          "Maven and Java 17) and try again.") from None
-    missing = [jar for jar in classpath.split(os.pathsep) if not os.path.exists(jar)]
+                          "Maven and Java 17) and try again.")
+    missing = [path for path in _manifest_jars(jar) if not os.path.exists(path)]
     if missing:
         raise EngineError(f"The Flink job server's jar {missing[0]} is gone (and "
                           f"{len(missing) - 1} more): run `make flink` again.")
-    return classpath
+    return jar
 
 
 def check_reachable(address: str, seconds: float = _REACH_SECONDS) -> None:
@@ -96,10 +129,15 @@ def check_reachable(address: str, seconds: float = _REACH_SECONDS) -> None:
                           "machine.") from None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
+def port(preferred: int) -> int:
+    """`preferred` if it is free, else any free port. The ports are in the Beam flags that
+    TFX's cache keys include: the same ports run after run keep finished components cached
+    (two Flink runs at once on one machine get other ports, and no cache hits)."""
+    for wanted in (preferred, 0):
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind(("localhost", wanted))
+            return s.getsockname()[1]
+    raise EngineError("No free TCP port on this machine for the Flink job server.")
 
 
 def _die_with_parent() -> None:
@@ -107,6 +145,59 @@ def _die_with_parent() -> None:
     import ctypes
 
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _children(pid: int) -> dict[int, str]:
+    """pid -> state letter (R, S, Z...) of each child of process `pid`, from /proc."""
+    children = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                children[int(entry)] = fields[0]
+    return children
+
+
+class WorkerWatchdog:
+    """Fails the running Flink jobs when an SDK worker dies.
+
+    Beam's Flink runner waits for a worker that died while starting, and asks for another
+    when one dies mid-bundle, so the run would hang. The pool reaps the workers it stops
+    itself at once; a child it has not reaped for two looks in a row died by itself: the
+    watchdog then cancels every running job, and `lost` says why for the run's error.
+    """
+
+    def __init__(self, pool: subprocess.Popen, job_endpoint: str, every: float = 1.0) -> None:
+        self.lost: str | None = None
+        self._pool, self._job_endpoint, self._every = pool, job_endpoint, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="flink-watchdog", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        seen: set[int] = set()
+        while not self._stop.wait(self._every):
+            dead = {pid for pid, state in _children(self._pool.pid).items() if state == "Z"}
+            if dead & seen and not self.lost:
+                self.lost = f"its SDK worker process {min(dead & seen)} died"
+                self._cancel_running_jobs()
+            seen = dead
+
+    def _cancel_running_jobs(self) -> None:
+        import grpc
+        from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
+
+        with grpc.insecure_channel(self._job_endpoint) as channel:
+            jobs = beam_job_api_pb2_grpc.JobServiceStub(channel)
+            for job in jobs.GetJobs(beam_job_api_pb2.GetJobsRequest(), timeout=30).job_info:
+                if job.state == beam_job_api_pb2.JobState.RUNNING:
+                    jobs.Cancel(beam_job_api_pb2.CancelJobRequest(job_id=job.job_id),
+                                timeout=30)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +208,12 @@ class FlinkEngine:
     parallelism: int
     master: str  # "[local]" or the cluster's HOST:PORT
     log_path: str
+    watchdog: WorkerWatchdog | None = None  # on a cluster, Flink's own restarts apply
+
+    @property
+    def lost(self) -> str | None:
+        """Why the engine failed the running job itself (a dead SDK worker), if it did."""
+        return self.watchdog.lost if self.watchdog else None
 
     @property
     def beam_args(self) -> tuple[str, ...]:
@@ -124,7 +221,10 @@ class FlinkEngine:
                 "--environment_type=EXTERNAL", f"--environment_config={self.worker_pool}",
                 f"--parallelism={self.parallelism}",
                 # one SDK worker process per slot, so the cores work in parallel
-                f"--sdk_worker_parallelism={self.parallelism}")
+                f"--sdk_worker_parallelism={self.parallelism}",
+                # and kept for the whole job: Flink runs a batch job stage after stage, and
+                # without a cache each stage starts new workers, each importing TensorFlow
+                f"--environment_cache_millis={_ENVIRONMENT_CACHE_MS}")
 
     @property
     def description(self) -> str:
@@ -174,26 +274,42 @@ def worker_pool_command(port: int) -> list[str]:
             f"--service_port={port}"]
 
 
-def job_server_command(classpath: str, master: str, job_port: int, artifacts_dir: str,
+def java_options() -> str:
+    """The JVM flags Flink needs on Java 17, as JDK_JAVA_OPTIONS (the Dockerfile sets it so,
+    for the JVM that Beam's FlinkRunner starts in a Kubeflow task)."""
+    return " ".join(f"--add-opens={module}=ALL-UNNAMED" for module in JAVA_OPENS)
+
+
+def job_server_command(jar: str, master: str, job_port: int, artifacts_dir: str,
                        java: str | None = None) -> list[str]:
-    return [java or java_command(), *(f"--add-opens={m}=ALL-UNNAMED" for m in JAVA_OPENS),
+    return [java or java_command(), *java_options().split(),
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSZ",
             # Flink's per-task lines would be most of the log: its warnings, and the jobs'
             # and tasks' states (jobs_in_log reads them)
             "-Dorg.slf4j.simpleLogger.log.org.apache.flink=warn",
             "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.executiongraph=info",
-            "-cp", classpath, JOB_SERVER_MAIN, f"--flink-master={master}",
+            "-jar", jar, f"--flink-master={master}",
             f"--job-port={job_port}", "--artifact-port=0", "--expansion-port=0",
             f"--artifacts-dir={artifacts_dir}"]
 
 
 def check(flink_master: str | None) -> str:
-    """All that can be checked before a run writes anything; returns the classpath."""
+    """All that can be checked before a run writes anything; returns the launcher jar."""
     if flink_master:
         check_reachable(flink_master)
     check_java()
-    return job_server_classpath()
+    return job_server_jar()
+
+
+def cluster_beam_args(flink_master: str) -> tuple[str, ...]:
+    """The Beam flags of a Kubeflow task on a Flink cluster: Beam's FlinkRunner starts the
+    image's job server (IMAGE_LAUNCHER_JAR) in the task's pod and submits to `flink_master`;
+    the SDK workers are the worker pools beside the TaskManagers (docs/scaling.md)."""
+    return ("--runner=FlinkRunner", f"--flink_master={flink_master}",
+            f"--flink_version={FLINK_VERSION}", f"--flink_job_server_jar={IMAGE_LAUNCHER_JAR}",
+            "--environment_type=EXTERNAL", f"--environment_config={CLUSTER_WORKER_POOL}",
+            f"--environment_cache_millis={_ENVIRONMENT_CACHE_MS}")
 
 
 @contextlib.contextmanager
@@ -201,31 +317,37 @@ def flink_engine(work_dir: str, flink_master: str | None = None,
                  parallelism: int | None = None) -> Iterator[FlinkEngine]:
     """A running engine for the block; its processes are stopped when the block ends, however
     it ends. `work_dir` gets the job server's log and its staged artifacts."""
-    classpath = check(flink_master)
+    jar = check(flink_master)
     os.makedirs(work_dir, exist_ok=True)
     log_path = os.path.join(work_dir, f"job-server-{time.strftime('%Y%m%d-%H%M%S')}.log")
     master = flink_master or "[local]"
-    job_port = free_port()
+    job_port = port(JOB_PORT)
     processes = []
+    watchdog = None
     try:
         if flink_master:
             worker_pool = CLUSTER_WORKER_POOL
         else:
-            pool_port = free_port()
+            pool_port = port(WORKER_POOL_PORT)
             # The pool starts workers as `python`: this venv's, so they import what nmt does.
             env = {**os.environ,
                    "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
             processes.append(_start(worker_pool_command(pool_port), log_path, env))
             worker_pool = f"localhost:{pool_port}"
             _wait_for_port(processes[-1], pool_port, "Beam SDK worker pool", log_path)
-        processes.append(_start(job_server_command(classpath, master, job_port,
+        processes.append(_start(job_server_command(jar, master, job_port,
                                                    os.path.join(work_dir, "artifacts")),
                                 log_path))
         _wait_for_port(processes[-1], job_port, "Flink job server", log_path)
-        yield FlinkEngine(job_endpoint=f"localhost:{job_port}", worker_pool=worker_pool,
+        job_endpoint = f"localhost:{job_port}"
+        if not flink_master:
+            watchdog = WorkerWatchdog(processes[0], job_endpoint)
+        yield FlinkEngine(job_endpoint=job_endpoint, worker_pool=worker_pool,
                           parallelism=parallelism or os.cpu_count() or 1, master=master,
-                          log_path=log_path)
+                          log_path=log_path, watchdog=watchdog)
     finally:
+        if watchdog:
+            watchdog.stop()
         for process in reversed(processes):
             _stop(process)
 

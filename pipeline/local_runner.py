@@ -145,7 +145,8 @@ def run(config: PipelineConfig, to_component: str | None = None,
                            "nothing was published: free some space and run the same command "
                            "again (finished components are reused).") from err
         if flink_engine:
-            raise RunError(f"{current.component} failed on Flink ({_first_line(err)}); nothing "
+            why = flink_engine.lost or _first_line(err)
+            raise RunError(f"{current.component} failed on Flink ({why}); nothing "
                            "was published. The job server's log: "
                            f"{flink_engine.log_path}. Run the same command again: finished "
                            "components are reused.") from err

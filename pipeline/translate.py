@@ -85,6 +85,7 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
         todo.sort(key=lambda item: len(item[1]))
     results = [""] * len(sentences)
     truncated: list[tuple[int, int, int]] = []  # (sentence number, its tokens, the limit)
+    cut_between_words: list[tuple[int, int, int]] = []  # (the same, for a clause)
     done = 0
     if progress:
         progress(done)
@@ -95,32 +96,39 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
                 f"This model's beam search uses width {int(output['beam_width'][0])}, not "
                 f"{beam}: pass --beam {int(output['beam_width'][0])} (the width is set by the "
                 "profile's beam_width when the model is exported).")
-        for (index, _), text, tokens, limit in zip(
+        # Models exported before clause splitting have no clause_tokens: a line is cut there.
+        clauses = output.get("clause_tokens", output["source_tokens"]).numpy()
+        for (index, _), text, tokens, clause, limit in zip(
                 batch, output["translation"].numpy(), output["source_tokens"].numpy(),
-                output["max_source_tokens"].numpy()):
+                clauses, output["max_source_tokens"].numpy()):
             if tokens > limit:
                 truncated.append((index + 1, int(tokens), int(limit)))
+            elif clause > limit:
+                cut_between_words.append((index + 1, int(clause), int(limit)))
             results[index] = text.decode("utf-8")
         done += len(batch)
         if progress:
             progress(done)
-    _warn_truncated(sorted(truncated))
+    _warn(sorted(truncated), "a piece of {tokens} tokens: only its first {limit} were "
+          "translated", "a piece of more than the model's {limit} tokens: only its first "
+          "{limit} were translated")
+    _warn(sorted(cut_between_words), "a clause of {tokens} tokens with no comma or clause "
+          "boundary within the model's {limit}: it was translated in pieces cut between words",
+          "a clause of more than the model's {limit} tokens with no comma or clause boundary "
+          "within it: it was translated in pieces cut between words")
     return results
 
 
-def _warn_truncated(truncated: list[tuple[int, int, int]], most: int = 3) -> None:
-    """A warning per line with a sentence cut to the model's length, or one for them all when
-    many are."""
-    if len(truncated) <= most:
-        for number, tokens, limit in truncated:
-            _LOG.warning("Line %d has a sentence of %d tokens: only its first %d were "
-                         "translated.", number, tokens, limit)
+def _warn(lines: list[tuple[int, int, int]], one: str, many: str, most: int = 3) -> None:
+    """A warning per line (number, tokens, limit) as `one` says, or one warning for them all
+    (`many`) when there are more than `most`."""
+    if len(lines) <= most:
+        for number, tokens, limit in lines:
+            _LOG.warning("Line %d has %s.", number, one.format(tokens=tokens, limit=limit))
         return
-    numbers = ", ".join(str(number) for number, _, _ in truncated[:10])
-    limit = truncated[0][2]
-    _LOG.warning("%d lines have a sentence of more than the model's %d tokens: only its first "
-                 "%d were translated (lines %s%s).", len(truncated), limit, limit, numbers,
-                 ", ..." if len(truncated) > 10 else "")
+    numbers = ", ".join(str(number) for number, _, _ in lines[:10])
+    _LOG.warning("%d lines have %s (lines %s%s).", len(lines), many.format(limit=lines[0][2]),
+                 numbers, ", ..." if len(lines) > 10 else "")
 
 
 def read_stdin_lines() -> list[str | None]:

@@ -525,3 +525,50 @@ def test_train_test_and_serving_steps_trace_without_autograph(step):
         else:
             _signature("english")(lambda english: model((tf.ones([1, 2], tf.int32),) * 2))(
                 tf.constant(["a"]))
+
+
+class LoopingModel:
+    """A stand-in decoder that always favours the token it did not just produce, of two
+    (A B A B ...), with END_ID a distant third: the loop a real model falls into on a long
+    input. It has the methods the decoders call."""
+    A, B, VOCAB = 5, 6, 10
+
+    def encode(self, source_ids):
+        return tf.zeros([tf.shape(source_ids)[0], 1, 1]), tf.ones([tf.shape(source_ids)[0], 1])
+
+    def init_cache(self, memory, source_mask, length):
+        return tf.zeros([tf.shape(memory)[0]])
+
+    def decode_step(self, last_tokens, step, cache):
+        favoured = tf.where(tf.equal(last_tokens, self.A), self.B, self.A)
+        logits = tf.one_hot(favoured, self.VOCAB, on_value=5.0, off_value=0.0) + \
+            tf.one_hot(tf.fill(tf.shape(last_tokens), END_ID), self.VOCAB, on_value=1.0)
+        return logits, cache
+
+    def reorder_cache(self, cache, rows):
+        return tf.gather(cache, rows)
+
+
+@pytest.mark.parametrize("decode", [
+    lambda model, ids, guard: decoding.greedy_decode(model, ids, 40, *guard),
+    lambda model, ids, guard: decoding.beam_search_decode(model, ids, 40, 3, 1.0, *guard),
+], ids=["greedy", "beam"])
+def test_a_looping_hypothesis_stops_at_the_guard_after_its_first_occurrence(decode):
+    sources = tf.constant([[7, 8], [9, PAD_ID]], tf.int32)
+    unguarded = decode(LoopingModel(), sources, (0, 0))[0].numpy()
+    assert unguarded.shape == (2, 40)  # A B A B ... to the length limit
+    tokens = graph_function(lambda ids: decode(LoopingModel(), ids, (6, 3))[0])(sources)
+    a, b = LoopingModel.A, LoopingModel.B
+    # A B repeated a fourth time is caught: the hypothesis ends after its first A B
+    assert tokens.numpy().tolist() == [[a, b, END_ID] + [PAD_ID] * 5] * 2
+
+
+@pytest.mark.parametrize("tokens, step, cut", [
+    ([4, 5, 5, 5, 5], 4, 2),          # one token four times: keep "4 5"
+    ([4, 5, 5, 5, 0], 3, -1),         # three times is not a loop
+    ([1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3], 11, 3),
+    ([9, 1, 2, 1, 2, 1, 2, 1, 2], 8, 3),
+    ([7, 8, 9, 7, 8, 9], 5, -1),
+])
+def test_loop_cut_finds_an_ngram_said_more_than_three_times_in_a_row(tokens, step, cut):
+    assert decoding.loop_cut(tf.constant([tokens]), tf.constant(step), 6, 3).numpy()[0] == cut

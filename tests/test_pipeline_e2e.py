@@ -195,7 +195,8 @@ def test_translate_bad_input_gets_clear_answers(smoke_run):
     out, err = result.stdout.decode().split("\n"), result.stderr.decode()
     assert len(out) == 7 and out[0] and out[1] == out[2] == out[4] == "" and out[3] and out[5]
     assert "Input line 2 is empty" in err and "Input line 3 is empty" in err
-    assert "Line 4 has a sentence of 60 tokens: only its first 32 were translated." in err
+    assert ("Line 4 has a clause of 60 tokens with no comma or clause boundary within the "
+            "model's 32: it was translated in pieces cut between words." in err)
     assert "Input line 5 is not valid UTF-8" in err
     assert "Input line 6 contains control characters" in err
 

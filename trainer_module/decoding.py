@@ -11,6 +11,11 @@ decodes the same whatever else is in its batch. Loop state has fixed shapes, wit
 key/value cache sized once for the longest limit.
 
 PAD_ID and START_ID never occur in target outputs, so they are never generated.
+
+The loop guard (`loop_ngram`, `loop_repeats`; 0 turns it off) stops a hypothesis whose last
+tokens are one n-gram, n <= loop_ngram, said more than loop_repeats times in a row: a model
+that loops would otherwise repeat itself up to the length limit. The hypothesis ends after the
+n-gram's first occurrence, as if it had produced END_ID there.
 """
 from __future__ import annotations
 
@@ -47,6 +52,29 @@ def _write_at(buffer: tf.Tensor, values: tf.Tensor, index: tf.Tensor) -> tf.Tens
     return tf.where(tf.range(tf.shape(buffer)[-1]) == index, values[..., None], buffer)
 
 
+def loop_cut(tokens: tf.Tensor, step: tf.Tensor, loop_ngram: int,
+             loop_repeats: int) -> tf.Tensor:
+    """tokens [..., L] written up to position `step` -> [...] int32: where the hypothesis ends
+    when its last tokens repeat one n-gram (n <= loop_ngram) loop_repeats + 1 times in a row
+    (the position after its first occurrence), else -1. The shortest such n-gram decides."""
+    cut = tf.fill(tf.shape(tokens)[:-1], -1)
+    for n in range(loop_ngram, 0, -1):
+        span = n * loop_repeats  # each of the last `span` tokens equals the one n before it
+        positions = step - tf.range(span)
+        same = tf.reduce_all(tf.equal(
+            tf.gather(tokens, tf.maximum(positions, 0), axis=-1),
+            tf.gather(tokens, tf.maximum(positions - n, 0), axis=-1)), axis=-1)
+        cut = tf.where(same & (step + 1 >= span + n), step + 1 - span, cut)
+    return cut
+
+
+def _end_at(tokens: tf.Tensor, cut: tf.Tensor) -> tf.Tensor:
+    """tokens [..., L] with END_ID at position cut [...] and PAD_ID after it."""
+    position = tf.range(tf.shape(tokens)[-1])
+    return tf.where(position == cut[..., None], END_ID,
+                    tf.where(position > cut[..., None], PAD_ID, tokens))
+
+
 def _per_sentence(max_length: tf.Tensor | int,
                   source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Limits [B] int32 and the loop bound max(limits) (0 for an empty batch)."""
@@ -54,8 +82,9 @@ def _per_sentence(max_length: tf.Tensor | int,
     return limits, tf.maximum(tf.reduce_max(limits), 0)
 
 
-def _greedy_loop(next_logits: NextLogits, state: Any,
-                 limits: tf.Tensor, loop_length: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def _greedy_loop(next_logits: NextLogits, state: Any, limits: tf.Tensor,
+                 loop_length: tf.Tensor, loop_ngram: int = 0,
+                 loop_repeats: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     """Argmax decoding, from `next_logits` (tests/test_model.py also gives it an uncached
     one); stops when all finished."""
     batch_size = tf.shape(limits)[0]
@@ -68,6 +97,11 @@ def _greedy_loop(next_logits: NextLogits, state: Any,
         best = tf.where(finished, PAD_ID, best)
         scores += tf.where(finished, 0.0, best_log_probs)
         tokens = _write_at(tokens, best, step)
+        if loop_ngram and loop_repeats:
+            cut = loop_cut(tokens, step, loop_ngram, loop_repeats)
+            looping = ~finished & (cut >= 0)
+            tokens = tf.where(looping[:, None], _end_at(tokens, cut), tokens)
+            finished |= looping
         finished |= tf.equal(best, END_ID) | (step + 1 >= limits)
         return step + 1, best, finished, scores, tokens, state
 
@@ -80,8 +114,8 @@ def _greedy_loop(next_logits: NextLogits, state: Any,
     return tokens[:, :step], scores
 
 
-def greedy_decode(model: Transformer, source_ids: tf.Tensor,
-                  max_length: tf.Tensor | int) -> tuple[tf.Tensor, tf.Tensor]:
+def greedy_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf.Tensor | int,
+                  loop_ngram: int = 0, loop_repeats: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     """Greedy decoding with the key/value cache: each step runs the decoder on one position.
 
     Returns token_ids [B, L] int32 and scores [B] float32, the sum of the chosen log-probs.
@@ -89,7 +123,8 @@ def greedy_decode(model: Transformer, source_ids: tf.Tensor,
     limits, loop_length = _per_sentence(max_length, source_ids)
     memory, source_mask = model.encode(source_ids)
     cache = model.init_cache(memory, source_mask, loop_length)
-    return _greedy_loop(model.decode_step, cache, limits, loop_length)
+    return _greedy_loop(model.decode_step, cache, limits, loop_length, loop_ngram,
+                        loop_repeats)
 
 
 def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
@@ -98,7 +133,8 @@ def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
 
 
 def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf.Tensor | int,
-                       beam_width: int, alpha: float) -> tuple[tf.Tensor, tf.Tensor]:
+                       beam_width: int, alpha: float, loop_ngram: int = 0,
+                       loop_repeats: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search with the key/value cache; returns the best hypothesis per sentence.
 
     Each step ranks the 2 * beam_width best extensions by log-probability. An extension ending in
@@ -107,8 +143,9 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
     best score log_prob / length_penalty. A sentence is done at its limit, or once no unfinished
     hypothesis can beat its best finished one even at the limit: not, as in OpenNMT-py, as soon
     as its most probable extension ends, which would ignore the length penalty and answer short
-    (BENCHMARKS.md, "Decoding speed"). With beam_width=1 and alpha=0 this is exactly greedy
-    decoding.
+    (BENCHMARKS.md, "Decoding speed"). An extension caught by the loop guard is finished too,
+    cut after its n-gram's first occurrence. With beam_width=1 and alpha=0 this is exactly
+    greedy decoding.
 
     Returns token_ids [B, L] int32 and scores [B] float32 (length-normalized log-probability;
     the plain sum when alpha is 0).
@@ -135,11 +172,17 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
 
         at_limit = step + 1 >= limits
         ends = tf.equal(token, END_ID)
+        ending_tokens = candidate_tokens
+        if loop_ngram and loop_repeats:
+            cut = loop_cut(candidate_tokens, step, loop_ngram, loop_repeats)  # [B, 2K]
+            ending_tokens = tf.where((cut >= 0)[..., None], _end_at(candidate_tokens, cut),
+                                     candidate_tokens)
+            ends |= cut >= 0
         finishing = first_rank & (ends | at_limit[:, None]) & ~done[:, None]
         scores = tf.where(finishing, candidate_log_probs / _length_penalty(step + 1, alpha),
                           _NEG_INF)
         finished_scores, keep = tf.math.top_k(tf.concat([finished_scores, scores], 1), beam_width)
-        finished_tokens = tf.gather(tf.concat([finished_tokens, candidate_tokens], 1), keep,
+        finished_tokens = tf.gather(tf.concat([finished_tokens, ending_tokens], 1), keep,
                                     batch_dims=1)
 
         alive_log_probs, keep = tf.math.top_k(

@@ -2,12 +2,14 @@
 
 The Transform graph (normalization + vocabulary) and the decoders are inside it, so serving
 needs no Python preprocessing; loading needs only TensorFlow and `import tensorflow_text`.
-A line of several sentences is translated sentence by sentence (segmentation.py;
+A line of several sentences is translated sentence by sentence, and a sentence longer than the
+model's max_source_length tokens in pieces cut at its clauses (segmentation.py;
 hparams.split_sentences). Signatures:
   serving_default(english: string [B]) -> translation [B], token_ids [B, L] (the translation's,
-      PAD-padded), score [B] (summed over the line's sentences), source_tokens [B] (English
-      tokens of the line's longest sentence; only the first max_source_tokens [B] of a sentence
-      are translated), beam_width [B]
+      PAD-padded), score [B] (summed over the line's pieces), source_tokens [B] (English
+      tokens of the line's longest piece: only the first max_source_tokens [B] of a piece are
+      translated), clause_tokens [B] (of its longest clause: one of more than
+      max_source_tokens was cut between words), beam_width [B]
   beam_search(english: string [B])     -> the same, with beam search (width from hparams)
   translate_examples(examples: serialized tf.Example [B]) -> translation, and per example
       token_nll, token_correct, token_count over all its references (TFMA's input)
@@ -97,19 +99,63 @@ class Translator(tf.Module):
         ids = ids[:, :self.hparams.max_source_length]
         return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32), lengths
 
+    def token_counts(self, english: tf.Tensor) -> tf.Tensor:
+        """[N] texts -> [N] int32: their English tokens, as the model would see them."""
+        return tf.cast(self.tft_layer({ENGLISH: english[:, None]})[SOURCE_IDS].row_lengths(),
+                       tf.int32)
+
+    def chunks(self, sentences: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
+        """[N] sentences -> the pieces each is translated in [N, (C)], and [N] the tokens of
+        its longest clause (longer than max_source_length: it was cut between words).
+
+        A sentence within max_source_length tokens is one piece. A longer one is cut at
+        segmentation.CUTS, strongest first, each only where a piece is still too long, and its
+        pieces packed back, in order, into as few as fit the limit."""
+        limit = self.hparams.max_source_length
+        pieces = tf.RaggedTensor.from_tensor(sentences[:, None])
+        for cut in segmentation.CUTS:
+            counts = self.token_counts(pieces.flat_values)
+            if cut is segmentation.CUTS[-1]:  # what is left are clauses, or whole sentences
+                longest_clause = tf.reduce_max(pieces.with_flat_values(counts), axis=1)
+            pieces = pieces.with_flat_values(segmentation.cut_where(
+                pieces.flat_values, counts > limit, cut)).merge_dims(1, 2)
+        chunk = segmentation.pack(self.token_counts(pieces.flat_values), pieces.value_rowids(),
+                                  limit)
+        count = tf.reduce_max(tf.concat([[-1], chunk], axis=0)) + 1
+        text = tf.strings.unsorted_segment_join(pieces.flat_values, chunk, count)
+        owner = tf.math.unsorted_segment_max(pieces.value_rowids(), chunk, count)
+        return (tf.RaggedTensor.from_value_rowids(text, owner, nrows=tf.size(sentences,
+                                                                           out_type=tf.int64)),
+                tf.maximum(longest_clause, 0))
+
     def translate(self, english: tf.Tensor, beam: bool = False) -> dict[str, tf.Tensor]:
         """[B] lines -> the signatures' outputs. With hparams.split_sentences, each sentence of a
-        line is translated on its own (one batch for all of them) and the line's outputs joined:
-        its sentences' translations, their ids one after the other, their scores summed, and the
-        token count of its longest sentence (the one a cut at max_source_length hits first)."""
-        sentences = (segmentation.split_sentences(english) if self.hparams.split_sentences
-                     else tf.RaggedTensor.from_tensor(english[:, None]))
-        output = self.translate_sentences(sentences.flat_values, beam)
-        per_line = sentences.with_flat_values
+        line is translated on its own (one batch for all of them), a long one in pieces cut at
+        its clauses (`chunks`), and the line's outputs joined: its pieces' translations, their
+        ids one after the other, their scores summed, the token count of its longest piece (a
+        piece is cut at max_source_length) and of its longest clause (without split_sentences,
+        a line is one piece and one clause)."""
+        if not self.hparams.split_sentences:
+            lines = tf.RaggedTensor.from_tensor(english[:, None])
+            output = self.translate_sentences(english, beam)
+            per_line = lines.with_flat_values
+            longest_clause = output["source_tokens"]
+        else:
+            sentences = segmentation.split_sentences(english)
+            pieces, longest_clause = self.chunks(sentences.flat_values)
+            output = self.translate_sentences(pieces.flat_values, beam)
+            nested = sentences.with_flat_values(pieces)  # [B, (sentences), (pieces)]
+
+            def per_line(values):
+                return nested.with_flat_values(values).merge_dims(1, 2)
+
+            longest_clause = tf.reduce_max(sentences.with_flat_values(longest_clause), axis=1)
         return {TRANSLATION: segmentation.join_sentences(per_line(output[TRANSLATION])),
                 "token_ids": per_line(output["token_ids"]).merge_dims(1, 2).to_tensor(PAD_ID),
                 "score": tf.reduce_sum(per_line(output["score"]), axis=1),
-                "source_tokens": tf.reduce_max(per_line(output["source_tokens"]), axis=1),
+                "source_tokens": tf.maximum(tf.reduce_max(per_line(output["source_tokens"]),
+                                                          axis=1), 0),
+                "clause_tokens": tf.maximum(longest_clause, 0),
                 "max_source_tokens": tf.fill(tf.shape(english), self.hparams.max_source_length),
                 "beam_width": tf.fill(tf.shape(english), self.hparams.beam_width if beam else 1)}
 
@@ -121,7 +167,8 @@ class Translator(tf.Module):
         if beam:
             token_ids, score = decoding.beam_search_decode(
                 self.model, source_ids, decoding.max_decode_length(source_ids, self.hparams),
-                self.hparams.beam_width, self.hparams.beam_alpha)
+                self.hparams.beam_width, self.hparams.beam_alpha,
+                self.hparams.decode_loop_ngram, self.hparams.decode_loop_repeats)
         else:
             token_ids, score = self.greedy_ids(source_ids)
         # An input with no tokens (empty or whitespace) translates to the empty string.
@@ -142,7 +189,9 @@ class Translator(tf.Module):
         each signature that called it directly traced a copy, and the decoders' traces are
         most of an export's time (docs/benchmarks-history.md, "Export")."""
         return decoding.greedy_decode(self.model, source_ids,
-                                      decoding.max_decode_length(source_ids, self.hparams))
+                                      decoding.max_decode_length(source_ids, self.hparams),
+                                      self.hparams.decode_loop_ngram,
+                                      self.hparams.decode_loop_repeats)
 
     def parse_english(self, examples: tf.Tensor) -> tf.Tensor:
         return tf.reshape(tf.io.parse_example(examples, self._english_spec)[ENGLISH], [-1])

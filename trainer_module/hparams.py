@@ -97,8 +97,9 @@ class HParams:
     # split (--min-bleu overrides it; trainer_module/settings.py).
     min_bleu: float = 0.0
 
-    # Serving translates each sentence of a line on its own (trainer_module/segmentation.py):
-    # the model learned from single sentences and cuts a line at max_source_length tokens.
+    # Serving translates each sentence of a line on its own, and a sentence of more than
+    # max_source_length tokens in pieces cut at its clauses (trainer_module/segmentation.py):
+    # the model learned from single sentences of at most that many tokens.
     split_sentences: bool = True
     # Decoding: per sentence, at most min(ratio * source_length + extra, decode_max_length) tokens.
     decode_length_ratio: float = 1.5
@@ -106,6 +107,12 @@ class HParams:
     decode_max_length: int = 256
     beam_width: int = 4
     beam_alpha: float = 1.0  # GNMT length penalty ((5 + length) / 6) ** alpha; BENCHMARKS.md
+    # The loop guard (decoding.py): a hypothesis whose last tokens are one n-gram of at most
+    # decode_loop_ngram tokens said more than decode_loop_repeats times in a row ends after
+    # its first occurrence. 0 turns it off. Four copies in a row is a loop in French text;
+    # "très très" or "non, non, non" are two or three.
+    decode_loop_ngram: int = 6
+    decode_loop_repeats: int = 3
 
     def __post_init__(self) -> None:
         if self.d_model % self.num_heads:
@@ -140,6 +147,10 @@ class HParams:
             raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
         if self.beam_alpha < 0:  # beam search's stop rule needs a penalty that never falls
             raise ValueError(f"beam_alpha must be >= 0, got {self.beam_alpha}")
+        if self.decode_loop_ngram < 0 or self.decode_loop_repeats < 0:
+            raise ValueError("decode_loop_ngram and decode_loop_repeats must be >= 0 (0: no "
+                             f"loop guard), got {self.decode_loop_ngram} and "
+                             f"{self.decode_loop_repeats}")
         if self.cache_megabytes < 0:
             raise ValueError(f"cache_megabytes must be >= 0 (0: never cache), got "
                              f"{self.cache_megabytes}")
