@@ -111,6 +111,16 @@ def _component(component: str, mode: str, size: int, key: str,
     return cell
 
 
+def _against_first(record: dict) -> str:
+    """A model's dev BLEU, and its paired difference from the file's first model."""
+    model = record["item"]
+    against = next((v["dev"] for k, v in model.items() if k.startswith("against_")), None)
+    if against is None:
+        return f"{model['dev_bleu']:.2f}"
+    return (f"{model['dev_bleu']:.2f} ({against['difference']:+.2f}, "
+            f"{against['bootstrap_std']:.2f})")
+
+
 def _history_link(record: dict) -> str:
     """A link to the history section of a decision, named by its heading's first words."""
     section = record["item"]["section"]
@@ -202,14 +212,16 @@ TABLES = (
               *(_data_half(mode, s, "component_s") for s in (1, 4, 16)),
               *(_data_half(mode, s, "peak_rss_mb", max) for s in (1, 4, 16)),
               _source)) for mode, label in ENGINES)),
-    Table("long-sentences", ("machine", "commit", "BLEU, >30 words", "chrF, >30 words",
-                             "output/reference length, median / min", "loops",
-                             "dev BLEU, all lines", "result file"),
+    Table("long-sentences", ("export", "BLEU, >30 words", "chrF, >30 words",
+                             "output/reference length, median / min", "loops, all lines",
+                             "lines warned", "dev BLEU, all lines (vs first: diff, sd)",
+                             "machine", "commit", "result file"),
           (Row("long_sentences_*.json", (
-              _machine, "{commit}", "{figures[bleu_over_30_words]:.2f}",
-              "{figures[chrf_over_30_words]:.2f}",
-              "{figures[length_ratio_median]:.2f} / {figures[length_ratio_min]:.2f}",
-              "{figures[loops]}", "{figures[dev_bleu]:.2f}", _source)),)),
+              "{item[name]}", "{item[bleu_over_30_words]:.2f}", "{item[chrf_over_30_words]:.2f}",
+              "{item[length_ratio_median]:.2f} / {item[length_ratio_min]:.2f}", "{item[loops]}",
+              "{item[warned_lines]}", _against_first, _machine, "{commit}", _source),
+              items=lambda record: [{"name": name, **model} for name, model
+                                    in record["figures"]["models"].items()]),)),
 )
 
 

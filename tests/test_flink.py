@@ -188,3 +188,18 @@ def test_a_killed_sdk_worker_fails_the_run_naming_the_component_and_a_rerun_comp
     assert re.search(r"FraTxtExampleGen +[\d.]+ s  cached", rerun.stderr)  # reused
     assert tf.io.gfile.glob(os.path.join(root, "StatisticsGen", "statistics", "*",
                                          "Split-train", "FeatureStats.pb"))
+
+
+def test_ctrl_c_stops_the_job_server_and_the_workers(fra_sample, tmp_path):
+    root = str(tmp_path / "interrupted")
+    proc = subprocess.Popen([sys.executable, "-m", "cli",
+                             *smoke_args(fra_sample, root, TRAIN_STEPS), *FLINK],
+                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # the engine is up and ExampleGen's job is on it
+        if "Component FraTxtExampleGen is running." in line:
+            break
+    assert _processes(flink.JOB_SERVER_MAIN, root)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert _engine_processes(root) == []

@@ -185,6 +185,34 @@ def test_translate_arguments_and_stdin_agree(smoke_run):
     assert by_stdin.stdout.decode().splitlines() == lines
 
 
+# 90 words, one sentence, no clause of more than the smoke model's 32 tokens; a person's
+# translation (102 words).
+LONG_ENGLISH = (
+    "When we arrived at the station, the train had already left, so we decided to walk to the "
+    "old town, where my grandmother used to live, and we stopped at a small café near the "
+    "river, because it was raining hard; after an hour the rain stopped, the sun came out, "
+    "and we walked along the water until evening, talking about the summers we had spent "
+    "there as children, when everything seemed much simpler, when the days were long and "
+    "warm, and when nobody we loved had ever gone away.")
+LONG_FRENCH = (
+    "Quand nous sommes arrivés à la gare, le train était déjà parti, alors nous avons décidé "
+    "de marcher jusqu'à la vieille ville, où ma grand-mère vivait autrefois, et nous nous "
+    "sommes arrêtés dans un petit café près de la rivière, parce qu'il pleuvait fort ; au bout "
+    "d'une heure la pluie s'est arrêtée, le soleil est sorti, et nous avons marché le long de "
+    "l'eau jusqu'au soir, en parlant des étés que nous avions passés là-bas quand nous étions "
+    "enfants, quand tout semblait bien plus simple, quand les journées étaient longues et "
+    "chaudes, et quand personne que nous aimions n'était jamais parti.")
+
+
+def test_a_90_word_sentence_is_translated_whole_without_a_warning(smoke_run):
+    assert len(LONG_ENGLISH.split()) == 90
+    result = nmt_translate(smoke_run.root, LONG_ENGLISH)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Line 1 has" not in result.stderr.decode(), result.stderr.decode()[-2000:]
+    translation = result.stdout.decode().strip()
+    assert len(translation.split()) >= len(LONG_FRENCH.split()) / 2, translation
+
+
 def test_translate_bad_input_gets_clear_answers(smoke_run):
     root = smoke_run.root
     # 60 tokens whatever the vocabulary (punctuation is one piece); smoke translates at most 32
