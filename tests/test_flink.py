@@ -46,7 +46,7 @@ def _sdk_workers() -> list[int]:
 def _engine_processes(root: str) -> list[int]:
     """The job server of a run under `root` (its artifacts directory is there), and any SDK
     worker (the tests of this module run one at a time)."""
-    return _processes(flink.JOB_SERVER_MAIN, root) + _sdk_workers()
+    return _processes(flink.LAUNCHER_JAR, root) + _sdk_workers()
 
 
 def _statistics(examples_stats_uri: str) -> dict[str, statistics_pb2.DatasetFeatureStatistics]:
@@ -198,7 +198,7 @@ def test_ctrl_c_stops_the_job_server_and_the_workers(fra_sample, tmp_path):
     for line in proc.stderr:  # the engine is up and ExampleGen's job is on it
         if "Component FraTxtExampleGen is running." in line:
             break
-    assert _processes(flink.JOB_SERVER_MAIN, root)
+    assert _processes(flink.LAUNCHER_JAR, root)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
     assert proc.returncode != 0

@@ -149,6 +149,31 @@ def test_beam_resources_are_flags_and_limits_on_vertex(tmp_path):
             "4000m", str(16 * 2**30)), task
 
 
+def test_flink_tasks_run_beams_flinkrunner_on_the_cluster_with_the_images_job_server(tmp_path,
+                                                                                  capsys):
+    from pipeline import flink
+
+    path = str(tmp_path / "flink.yaml")
+    flags = [f for f in COMPILE_FLAGS if not f.startswith("--beam-arg")]
+    assert nmt_kubeflow("compile", *flags, "--beam-runner", "flink", "--flink-master",
+                        "flink-jobmanager:8081", "--beam-arg=--parallelism=8",
+                        "--output", path) == 0
+    flink_spec = read_spec(path)
+    for task in BEAM_COMPONENTS:
+        args = list(executors(flink_spec)[executor_label(flink_spec, task)].container.args)
+        assert "--runner=FlinkRunner" in args and "--parallelism=8" in args, task
+        assert "--flink_master=flink-jobmanager:8081" in args, task
+        assert f"--flink_job_server_jar={flink.IMAGE_LAUNCHER_JAR}" in args, task
+        assert "--environment_config=localhost:50000" in args, task
+    # The Dockerfile builds that jar and gives its JVM Flink's Java 17 flags.
+    with open(os.path.join(REPO, "Dockerfile"), encoding="utf-8") as f:
+        dockerfile = f.read()
+    assert "flink.IMAGE_LAUNCHER_JAR" in dockerfile
+    assert f'ENV JDK_JAVA_OPTIONS="{flink.java_options()}"' in dockerfile
+    assert nmt_kubeflow("compile", *flags, "--beam-runner", "flink", "--output", path) == 2
+    assert "--beam-runner flink and --flink-master go together" in capsys.readouterr().err
+
+
 def test_open_source_kfp_never_caches_example_gen(spec, compiled, tmp_path, capsys):
     """KFP's cache key cannot see a new fra.txt (TFX's fingerprinting driver is Vertex-only)."""
     tasks = spec.root.dag.tasks
