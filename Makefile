@@ -48,7 +48,8 @@ $(FLINK_JAR): pipeline/flink-job-server.pom.xml pipeline/flink.py
 
 # `make run` sets Flink up where Java and Maven are there, and says in one line when not.
 flink-if-java: venv
-	@if command -v java >/dev/null && command -v mvn >/dev/null; then $(MAKE) --no-print-directory flink; \
+	@if command -v java >/dev/null && command -v mvn >/dev/null; then \
+		$(MAKE) --no-print-directory flink || echo "make run: Flink's job server could not be set up (see above), so --beam-runner flink will not run"; \
 	else echo "make run: no Java 17 or Maven here, so --beam-runner flink is not set up (make java flink does it)"; fi
 
 # The Flink tests need Java 17 and Maven (Debian's packages; needs root).

@@ -142,6 +142,21 @@ GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
            "DirectRunner, 2 workers"), ("flink", "Flink"))
 
+# The exports of benchmarks/long_sentences.py's result, as decisions against its first.
+LONG_SENTENCES_HISTORY = "Long sentences translated whole (issue #56), 2026-11-28"
+LONG_SENTENCE_EXPORTS = {
+    "clauses": {"change": "a sentence over the model's length translated in pieces cut at "
+                          "its clauses, with the loop guard (serving)", "kept": "yes"},
+    "whole": {"change": "every sentence translated whole, positions beyond the trained "
+                        "length, with the loop guard (serving)", "kept": "no"},
+    "clauses_no_guard": {"change": "clause pieces without the loop guard (serving)",
+                         "kept": "no"},
+    "clauses_35": {"change": "clause pieces of at most 35 tokens, not 50 (serving)",
+                   "kept": "no"},
+    "clauses_25": {"change": "clause pieces of at most 25 tokens, not 50 (serving)",
+                   "kept": "no"},
+}
+
 TABLES = (
     Table("scores", ("machine", "commit", "steps", "`make run`, min", "dev BLEU, greedy",
                      "dev BLEU, beam 4", "test split BLEU, one reference", "dev chrF, greedy"),
@@ -202,7 +217,16 @@ TABLES = (
           (Row("decisions.json", (
               "{item[change]}", "{item[difference]}", "{item[sd]}", "{item[against]}",
               "{item[kept]}", _history_link),
-              items=lambda r: r["figures"]["decisions"]),)),
+              items=lambda r: r["figures"]["decisions"]),
+           Row("long_sentences_epyc_bf16.json", (
+               "{item[change]}", "{item[against_before][dev][difference]:+.2f}",
+               "{item[against_before][dev][bootstrap_std]:.2f}",
+               "the same weights as the Trainer exported them at 4b41846 (AMD EPYC, bf16)",
+               "{item[kept]}", "[" + LONG_SENTENCES_HISTORY + "](docs/benchmarks-history.md#"
+               + _anchor(LONG_SENTENCES_HISTORY) + ")"),
+               items=lambda r: [{**model, **LONG_SENTENCE_EXPORTS[name]} for name, model
+                                in r["figures"]["models"].items()
+                                if name in LONG_SENTENCE_EXPORTS]))),
     # Placeholders for measurements under way: each renders "not measured yet" until its
     # result file exists.
     Table("engines", ("engine", "1× s", "4× s", "16× s", "1× peak MB", "4× peak MB",

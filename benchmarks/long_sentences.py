@@ -31,9 +31,10 @@ from pipeline import translate as translate_lib
 
 LONG_WORDS = 30
 # A loop: one word n-gram (n <= 4), or 2-10 letters inside a word ("mélocélocéloc"), three
-# times in a row. French says "très très" or "non, non", not more.
+# times in a row, as the loop guard counts (hparams.decode_loop_repeats): French says "très
+# très" or "non, non", not more.
 _WORD_LOOP = re.compile(r"\b((?:\w+\W+){1,4}?)\1\1", re.UNICODE)
-_LETTER_LOOP = re.compile(r"(\w{2,10}?)\1{2,}", re.UNICODE)
+_LETTER_LOOP = re.compile(r"([^\W\d_]{2,10}?)\1{2,}", re.UNICODE)
 
 
 def has_loop(text: str) -> bool:

@@ -100,8 +100,8 @@ def run_command(args: argparse.Namespace) -> int:
     if args.beam_runner == "flink":
         from pipeline import flink
 
-        flink.check(args.flink_master)  # a missing Java or cluster: before anything is written
-        engine = flink.flink_engine(os.path.join(config.pipeline_root, "flink"),
+        jar = flink.check(args.flink_master)  # no Java, no cluster: before anything is written
+        engine = flink.flink_engine(os.path.join(config.pipeline_root, "flink"), jar,
                                     args.flink_master)
     with run_lock.pipeline_root_lock(config.pipeline_root), engine as started:
         from components.strict_example_validator import DataValidationError

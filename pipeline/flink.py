@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import pathlib
 import re
@@ -52,6 +53,9 @@ _REACH_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
 
 
+_LOG = logging.getLogger(__name__)
+
+
 class EngineError(RuntimeError):
     """The engine cannot start or was lost; the message says what and what to do."""
 
@@ -65,17 +69,23 @@ def java_command() -> str:
 def check_java(java: str | None = None) -> int:
     """The Java major version, or EngineError naming what is missing or wrong."""
     java = java or java_command()
+    where = f"JAVA_HOME={os.environ['JAVA_HOME']}" if os.environ.get("JAVA_HOME") else "PATH"
     if shutil.which(java) is None:
-        raise EngineError(f"--beam-runner flink needs Java 11 or 17, and {java!r} was not "
-                          "found: install OpenJDK 17 (apt-get install openjdk-17-jre-headless) "
-                          "or set JAVA_HOME.")
-    shown = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+        raise EngineError(f"--beam-runner flink needs Java 11 or 17, and there is no {java} "
+                          f"(from {where}): install OpenJDK 17 (apt-get install "
+                          "openjdk-17-jre-headless) or set JAVA_HOME to one.")
+    try:
+        shown = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise EngineError(f"--beam-runner flink needs Java 11 or 17, and `{java} -version` "
+                          f"(from {where}) failed: {err}.") from None
     found = re.search(r'version "(\d+)(?:\.(\d+))?', shown.stderr + shown.stdout)
     major = int(found.group(2) if found and found.group(1) == "1" else found.group(1)) \
         if found else 0
     if major not in JAVA_VERSIONS:
-        raise EngineError(f"--beam-runner flink needs Java 11 or 17 (Flink 1.16), but {java} is "
-                          f"Java {major or 'of an unknown version'}: set JAVA_HOME to a Java 17.")
+        raise EngineError(f"--beam-runner flink needs Java 11 or 17 (Flink 1.16), but {java} "
+                          f"(from {where}) is Java {major or 'of an unknown version'}: set "
+                          "JAVA_HOME to a Java 17.")
     return major
 
 
@@ -147,25 +157,28 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _children(pid: int) -> dict[int, str]:
-    """pid -> state letter (R, S, Z...) of each child of process `pid`, from /proc."""
-    children = {}
+def _failed_children(pid: int) -> set[int]:
+    """The children of process `pid` that died by a signal or a non-zero exit and are not
+    reaped yet, from /proc: after the state (field 3, Z for a zombie) and the parent (4), a
+    dead process's wait status is the last field (52)."""
+    failed = set()
     for entry in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError, IndexError, ValueError):
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                children[int(entry)] = fields[0]
-    return children
+            if int(fields[1]) == pid and fields[0] == "Z" and int(fields[-1]) != 0:
+                failed.add(int(entry))
+    return failed
 
 
 class WorkerWatchdog:
     """Fails the running Flink jobs when an SDK worker dies.
 
     Beam's Flink runner waits for a worker that died while starting, and asks for another
-    when one dies mid-bundle, so the run would hang. The pool reaps the workers it stops
-    itself at once; a child it has not reaped for two looks in a row died by itself: the
-    watchdog then cancels every running job, and `lost` says why for the run's error.
+    when one dies mid-bundle, so the run would hang. A worker the pool stops exits with status
+    0 and is reaped; one killed by a signal or failing stays a zombie with that status until
+    its job ends. Seen so on two looks in a row, the watchdog cancels the running jobs, and
+    `lost` says why for the run's error.
     """
 
     def __init__(self, pool: subprocess.Popen, job_endpoint: str, every: float = 1.0) -> None:
@@ -178,22 +191,29 @@ class WorkerWatchdog:
     def _watch(self) -> None:
         seen: set[int] = set()
         while not self._stop.wait(self._every):
-            dead = {pid for pid, state in _children(self._pool.pid).items() if state == "Z"}
+            dead = _failed_children(self._pool.pid)
             if dead & seen and not self.lost:
-                self.lost = f"its SDK worker process {min(dead & seen)} died"
-                self._cancel_running_jobs()
+                try:
+                    if self._cancel_running_jobs():
+                        self.lost = f"its SDK worker process {min(dead & seen)} died"
+                except Exception as err:  # noqa: BLE001  the watchdog must not die silently
+                    _LOG.warning("Could not cancel the Flink job whose SDK worker died: %s",
+                                 err)
             seen = dead
 
-    def _cancel_running_jobs(self) -> None:
+    def _cancel_running_jobs(self) -> int:
+        """Cancels the job service's running jobs; how many there were."""
         import grpc
         from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 
         with grpc.insecure_channel(self._job_endpoint) as channel:
             jobs = beam_job_api_pb2_grpc.JobServiceStub(channel)
-            for job in jobs.GetJobs(beam_job_api_pb2.GetJobsRequest(), timeout=30).job_info:
-                if job.state == beam_job_api_pb2.JobState.RUNNING:
-                    jobs.Cancel(beam_job_api_pb2.CancelJobRequest(job_id=job.job_id),
-                                timeout=30)
+            running = [job.job_id for job in jobs.GetJobs(
+                beam_job_api_pb2.GetJobsRequest(), timeout=30).job_info
+                if job.state == beam_job_api_pb2.JobState.RUNNING]
+            for job_id in running:
+                jobs.Cancel(beam_job_api_pb2.CancelJobRequest(job_id=job_id), timeout=30)
+        return len(running)
 
     def stop(self) -> None:
         self._stop.set()
@@ -217,19 +237,23 @@ class FlinkEngine:
 
     @property
     def beam_args(self) -> tuple[str, ...]:
+        """On a cluster, its own parallelism and SDK workers per TaskManager apply."""
+        sized = () if self.master != "[local]" else (
+            f"--parallelism={self.parallelism}",
+            # one SDK worker process per slot, so the cores work in parallel
+            f"--sdk_worker_parallelism={self.parallelism}")
         return ("--runner=PortableRunner", f"--job_endpoint={self.job_endpoint}",
                 "--environment_type=EXTERNAL", f"--environment_config={self.worker_pool}",
-                f"--parallelism={self.parallelism}",
-                # one SDK worker process per slot, so the cores work in parallel
-                f"--sdk_worker_parallelism={self.parallelism}",
+                *sized,
                 # and kept for the whole job: Flink runs a batch job stage after stage, and
                 # without a cache each stage starts new workers, each importing TensorFlow
                 f"--environment_cache_millis={_ENVIRONMENT_CACHE_MS}")
 
     @property
     def description(self) -> str:
-        where = "embedded" if self.master == "[local]" else self.master
-        return f"flink ({where}, {self.parallelism} slots)"
+        if self.master == "[local]":
+            return f"flink (embedded, {self.parallelism} slots)"
+        return f"flink ({self.master})"
 
 
 def _wait_for_port(process: subprocess.Popen, port: int, what: str, log_path: str) -> None:
@@ -269,9 +293,9 @@ def _start(command: list[str], log_path: str, env: dict[str, str] | None = None
 
 
 def worker_pool_command(port: int) -> list[str]:
-    """Beam's worker pool: it starts one `python` SDK worker process per request."""
-    return [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-            f"--service_port={port}"]
+    """Beam's worker pool, on localhost only (pipeline/worker_pool.py): it starts one
+    `python` SDK worker process per request."""
+    return [sys.executable, "-m", "pipeline.worker_pool", f"--port={port}"]
 
 
 def java_options() -> str:
@@ -290,7 +314,8 @@ def job_server_command(jar: str, master: str, job_port: int, artifacts_dir: str,
             "-Dorg.slf4j.simpleLogger.log.org.apache.flink=warn",
             "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.executiongraph=info",
             "-jar", jar, f"--flink-master={master}",
-            f"--job-port={job_port}", "--artifact-port=0", "--expansion-port=0",
+            "--job-host=localhost", f"--job-port={job_port}", "--artifact-port=0",
+            "--expansion-port=0",
             f"--artifacts-dir={artifacts_dir}"]
 
 
@@ -313,11 +338,11 @@ def cluster_beam_args(flink_master: str) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def flink_engine(work_dir: str, flink_master: str | None = None,
+def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
                  parallelism: int | None = None) -> Iterator[FlinkEngine]:
     """A running engine for the block; its processes are stopped when the block ends, however
-    it ends. `work_dir` gets the job server's log and its staged artifacts."""
-    jar = check(flink_master)
+    it ends. `jar` is what `check` returned; `work_dir` gets the job server's log and its
+    staged artifacts."""
     os.makedirs(work_dir, exist_ok=True)
     log_path = os.path.join(work_dir, f"job-server-{time.strftime('%Y%m%d-%H%M%S')}.log")
     master = flink_master or "[local]"

@@ -72,13 +72,16 @@ def direct_engine(beam_pipeline_args: tuple[str, ...]) -> str:
     return f"direct ({mode or 'in_memory'}, {workers or 'all cores as'} workers)"
 
 
-def name_flink_jobs(pipeline: tfx_pipeline.Pipeline) -> None:
-    """Each Beam component's Flink job is named after it (the log and the summary show it)."""
+def beam_components(pipeline: tfx_pipeline.Pipeline) -> list:
     from tfx.dsl.components.base.base_beam_component import BaseBeamComponent
 
-    for component in pipeline.components:
-        if isinstance(component, BaseBeamComponent):
-            component.with_beam_pipeline_args([f"--job_name=nmt-{component.id}"])
+    return [c for c in pipeline.components if isinstance(c, BaseBeamComponent)]
+
+
+def name_flink_jobs(pipeline: tfx_pipeline.Pipeline) -> None:
+    """Each Beam component's Flink job is named after it (the log and the summary show it)."""
+    for component in beam_components(pipeline):
+        component.with_beam_pipeline_args([f"--job_name=nmt-{component.id}"])
 
 
 def _first_line(err: BaseException) -> str:
@@ -99,13 +102,21 @@ class _CurrentComponent(logging.Handler):
             self.component = str(record.args[0])
 
 
-def _record_engine(config: PipelineConfig, engine: str) -> None:
-    """On the newest run's context, if the run got as far as creating one."""
-    if os.path.exists(config.metadata_path):
+def _record_engine(config: PipelineConfig, engine: str, started_at: float) -> None:
+    """On this run's context, if the run got as far as creating one (the newest, created
+    after `started_at`, a time.time()). A failure here only warns: it must not hide the
+    run's own error, such as a full disk."""
+    if not os.path.exists(config.metadata_path):
+        return
+    try:
         store = metadata_lib.connect(metadata.sqlite_metadata_connection_config(
             config.metadata_path))  # read-write, as the run's own
-        with contextlib.suppress(metadata_lib.MetadataError):
-            metadata_lib.record_engine(store, metadata_lib.get_run(store)["run"], engine)
+        newest = store.get_contexts_by_type(metadata_lib.RUN_CONTEXT)
+        run = max(newest, key=lambda c: c.create_time_since_epoch, default=None)
+        if run is not None and run.create_time_since_epoch >= started_at * 1000 - 1000:
+            metadata_lib.record_engine(store, run.name, engine)
+    except Exception as err:  # noqa: BLE001  see the docstring
+        _LOG.warning("Could not record the Beam engine in ML Metadata: %s", err)
 
 
 def run(config: PipelineConfig, to_component: str | None = None,
@@ -113,7 +124,7 @@ def run(config: PipelineConfig, to_component: str | None = None,
     """Runs the components in order (up to `to_component` if given); unchanged ones are cached.
     Logs the run's summary at the end. The caller holds the pipeline root's lock (run_lock)
     and, for Flink, has started `flink_engine`, whose Beam flags `config` carries."""
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     engine = flink_engine.description if flink_engine else direct_engine(
         config.beam_pipeline_args)
     _LOG.info("Running pipeline %s on %s (pipeline root %s, metadata %s, Beam engine %s)%s.",
@@ -129,8 +140,10 @@ def run(config: PipelineConfig, to_component: str | None = None,
         # cluster, the project's image), where TFX is installed.
         dependency_utils.make_beam_dependency_flags = list
     pipeline = build(config)
+    on_flink = set()
     if flink_engine:
         name_flink_jobs(pipeline)
+        on_flink = {component.id for component in beam_components(pipeline)}
     current = _CurrentComponent()
     logging.getLogger("absl").addHandler(current)
     # TFX's Beam executors parse sys.argv with absl's flags (base_beam_executor.py), which
@@ -144,7 +157,7 @@ def run(config: PipelineConfig, to_component: str | None = None,
             raise RunError(f"{current.component} could not write its output ({reason}); "
                            "nothing was published: free some space and run the same command "
                            "again (finished components are reused).") from err
-        if flink_engine:
+        if current.component in on_flink:
             why = flink_engine.lost or _first_line(err)
             raise RunError(f"{current.component} failed on Flink ({why}); nothing "
                            "was published. The job server's log: "
@@ -154,7 +167,7 @@ def run(config: PipelineConfig, to_component: str | None = None,
     finally:
         sys.argv = argv
         logging.getLogger("absl").removeHandler(current)
-        _record_engine(config, engine)
+        _record_engine(config, engine, started_at)
     stopped_at = None if to_component == _LAST_COMPONENT else to_component
     facts = run_summary.collect(config, time.monotonic() - started, stopped_at,
                                 engine=engine, flink_jobs=(

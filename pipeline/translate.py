@@ -86,6 +86,7 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
     results = [""] * len(sentences)
     truncated: list[tuple[int, int, int]] = []  # (sentence number, its tokens, the limit)
     cut_between_words: list[tuple[int, int, int]] = []  # (the same, for a clause)
+    clauses = None
     done = 0
     if progress:
         progress(done)
@@ -96,11 +97,12 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
                 f"This model's beam search uses width {int(output['beam_width'][0])}, not "
                 f"{beam}: pass --beam {int(output['beam_width'][0])} (the width is set by the "
                 "profile's beam_width when the model is exported).")
-        # Models exported before clause splitting have no clause_tokens: a line is cut there.
-        clauses = output.get("clause_tokens", output["source_tokens"]).numpy()
+        # Models exported before clause splitting have no clause_tokens.
+        clauses = output.get("clause_tokens")
         for (index, _), text, tokens, clause, limit in zip(
                 batch, output["translation"].numpy(), output["source_tokens"].numpy(),
-                clauses, output["max_source_tokens"].numpy()):
+                (clauses if clauses is not None else output["source_tokens"]).numpy(),
+                output["max_source_tokens"].numpy()):
             if tokens > limit:
                 truncated.append((index + 1, int(tokens), int(limit)))
             elif clause > limit:
@@ -109,8 +111,10 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
         done += len(batch)
         if progress:
             progress(done)
-    _warn(sorted(truncated), "a piece of {tokens} tokens: only its first {limit} were "
-          "translated", "a piece of more than the model's {limit} tokens: only its first "
+    # Before clause splitting a model cut whole sentences; since, only a word too long is cut.
+    cut = "a sentence" if clauses is None else "a word (text without spaces)"
+    _warn(sorted(truncated), cut + " of {tokens} tokens: only its first {limit} were "
+          "translated", cut + " of more than the model's {limit} tokens: only its first "
           "{limit} were translated")
     _warn(sorted(cut_between_words), "a clause of {tokens} tokens with no comma or clause "
           "boundary within the model's {limit}: it was translated in pieces cut between words",

@@ -180,3 +180,29 @@ def test_each_sentence_of_a_line_is_translated_on_its_own(exported_translator, s
     ids = [[i for i in row if i != PAD_ID] for row in alone["token_ids"].numpy().tolist()]
     assert [i for i in line["token_ids"][1].numpy().tolist() if i != PAD_ID] == ids[0] + ids[1]
     assert END_ID not in line["token_ids"].numpy()
+
+
+@pytest.mark.parametrize("signature", [export.SERVING_SIGNATURE, export.BEAM_SIGNATURE])
+def test_a_long_sentence_is_translated_in_pieces_cut_at_its_clauses(exported_translator,
+                                                                     signature):
+    *_, hparams, words, loaded = exported_translator
+    translate = loaded.signatures[signature]
+    # 8 clauses of 5 tokens (the, WORD, is, WORD, ;): 40 tokens, over the limit of 32
+    clauses = [f"the {a} is {b}; " for a, b in zip(words[:8], reversed(words[:8]))]
+    assert hparams.max_source_length == 32
+    sentence = "".join(clauses).strip()
+    # packed in order into pieces of at most 32 tokens: 6 clauses (30 tokens), then 2
+    pieces = translate(english=tf.constant(["".join(clauses[:6]), "".join(clauses[6:])]))
+    whole = translate(english=tf.constant([sentence]))
+    assert whole[export.TRANSLATION].numpy()[0] == b" ".join(
+        pieces[export.TRANSLATION].numpy())
+    assert whole["clause_tokens"].numpy()[0] == 5
+    assert whole["source_tokens"].numpy()[0] == 30  # the longest piece translated
+
+
+def test_a_clause_over_the_limit_is_cut_between_words_and_said_so(exported_translator):
+    *_, words, loaded = exported_translator
+    sentence = " ".join(words * 4)  # 40 tokens and no boundary
+    output = loaded.signatures[export.SERVING_SIGNATURE](english=tf.constant([sentence]))
+    assert output["clause_tokens"].numpy()[0] == 40
+    assert output["source_tokens"].numpy()[0] <= 32  # translated whole, in two pieces

@@ -44,9 +44,10 @@ def _sdk_workers() -> list[int]:
 
 
 def _engine_processes(root: str) -> list[int]:
-    """The job server of a run under `root` (its artifacts directory is there), and any SDK
-    worker (the tests of this module run one at a time)."""
-    return _processes(flink.LAUNCHER_JAR, root) + _sdk_workers()
+    """The job server of a run under `root` (its artifacts directory is there), and any
+    worker pool or SDK worker (the tests of this module run one at a time)."""
+    return (_processes(flink.LAUNCHER_JAR, root) + _processes("-m", "pipeline.worker_pool")
+            + _sdk_workers())
 
 
 def _statistics(examples_stats_uri: str) -> dict[str, statistics_pb2.DatasetFeatureStatistics]:
@@ -140,7 +141,7 @@ def test_unreachable_flink_master_fails_at_once_and_writes_nothing(fra_sample, t
 
 
 @pytest.mark.parametrize("java_home, says", [
-    ("/nonexistent-jdk", "was not found"),
+    ("/nonexistent-jdk", "there is no /nonexistent-jdk/bin/java (from JAVA_HOME=/nonexistent-jdk)"),
     ("/usr/lib/jvm/temurin-25-jdk-amd64", "is Java 25"),
 ])
 def test_a_missing_or_wrong_java_is_named_in_one_sentence(fra_sample, tmp_path, java_home,
@@ -181,7 +182,8 @@ def test_a_killed_sdk_worker_fails_the_run_naming_the_component_and_a_rerun_comp
     os.kill(victims[0], signal.SIGKILL)
     log += proc.stderr.readlines()
     assert proc.wait() == 1, "".join(log)[-5000:]
-    assert last_line("".join(log)).startswith("nmt: error: StatisticsGen failed on Flink")
+    assert last_line("".join(log)).startswith(
+        f"nmt: error: StatisticsGen failed on Flink (its SDK worker process {victims[0]} died)")
     assert _engine_processes(root) == []
     rerun = run_nmt(*args)
     assert rerun.returncode == 0, rerun.stderr[-5000:]

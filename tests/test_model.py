@@ -553,22 +553,25 @@ class LoopingModel:
     lambda model, ids, guard: decoding.greedy_decode(model, ids, 40, *guard),
     lambda model, ids, guard: decoding.beam_search_decode(model, ids, 40, 3, 1.0, *guard),
 ], ids=["greedy", "beam"])
-def test_a_looping_hypothesis_stops_at_the_guard_after_its_first_occurrence(decode):
+def test_a_looping_decoder_stops_at_the_guard(decode):
     sources = tf.constant([[7, 8], [9, PAD_ID]], tf.int32)
     unguarded = decode(LoopingModel(), sources, (0, 0))[0].numpy()
     assert unguarded.shape == (2, 40)  # A B A B ... to the length limit
-    tokens = graph_function(lambda ids: decode(LoopingModel(), ids, (6, 3))[0])(sources)
+    tokens = graph_function(lambda ids: decode(LoopingModel(), ids, (6, 2))[0])(sources)
     a, b = LoopingModel.A, LoopingModel.B
-    # A B repeated a fourth time is caught: the hypothesis ends after its first A B
-    assert tokens.numpy().tolist() == [[a, b, END_ID] + [PAD_ID] * 5] * 2
+    # "A B" twice, then the third B is barred and END_ID, the model's next choice, ends it
+    assert [[t for t in row if t != PAD_ID] for row in tokens.numpy().tolist()] == [
+        [a, b, a, b, a, END_ID]] * 2
 
 
-@pytest.mark.parametrize("tokens, step, cut", [
-    ([4, 5, 5, 5, 5], 4, 2),          # one token four times: keep "4 5"
-    ([4, 5, 5, 5, 0], 3, -1),         # three times is not a loop
-    ([1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3], 11, 3),
-    ([9, 1, 2, 1, 2, 1, 2, 1, 2], 8, 3),
-    ([7, 8, 9, 7, 8, 9], 5, -1),
+@pytest.mark.parametrize("tokens, step, banned", [
+    ([4, 5, 5, 0], 3, {5}),                     # a third 5 in a row
+    ([4, 5, 6, 0], 3, set()),
+    ([1, 2, 3, 1, 2, 3, 1, 2, 0], 8, {3}),      # a third "1 2 3"
+    ([9, 1, 2, 1, 2, 1, 0], 6, {2}),            # "1 2 1 2 1": 2 would end the third "1 2"
+    ([1, 2, 1, 2, 0], 4, set()),                # 1 only starts a third one
+    ([7, 8, 9, 7, 8, 0], 5, set()),             # only 5 tokens of two "7 8 9"s: not yet
 ])
-def test_loop_cut_finds_an_ngram_said_more_than_three_times_in_a_row(tokens, step, cut):
-    assert decoding.loop_cut(tf.constant([tokens]), tf.constant(step), 6, 3).numpy()[0] == cut
+def test_the_guard_bars_the_token_that_would_say_an_ngram_a_third_time(tokens, step, banned):
+    bans = decoding.loop_bans(tf.constant([tokens]), tf.constant(step), 10, 6, 2).numpy()[0]
+    assert set(np.flatnonzero(bans)) == banned

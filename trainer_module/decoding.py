@@ -12,10 +12,10 @@ key/value cache sized once for the longest limit.
 
 PAD_ID and START_ID never occur in target outputs, so they are never generated.
 
-The loop guard (`loop_ngram`, `loop_repeats`; 0 turns it off) stops a hypothesis whose last
-tokens are one n-gram, n <= loop_ngram, said more than loop_repeats times in a row: a model
-that loops would otherwise repeat itself up to the length limit. The hypothesis ends after the
-n-gram's first occurrence, as if it had produced END_ID there.
+The loop guard (`loop_ngram`, `loop_repeats`; 0 turns it off) never lets a hypothesis say one
+n-gram, n <= loop_ngram, more than loop_repeats times in a row: the token that would repeat it
+once more is barred at that step, so the hypothesis goes on with the model's next choice (often
+END_ID) instead of repeating itself up to the length limit.
 """
 from __future__ import annotations
 
@@ -52,27 +52,24 @@ def _write_at(buffer: tf.Tensor, values: tf.Tensor, index: tf.Tensor) -> tf.Tens
     return tf.where(tf.range(tf.shape(buffer)[-1]) == index, values[..., None], buffer)
 
 
-def loop_cut(tokens: tf.Tensor, step: tf.Tensor, loop_ngram: int,
-             loop_repeats: int) -> tf.Tensor:
-    """tokens [..., L] written up to position `step` -> [...] int32: where the hypothesis ends
-    when its last tokens repeat one n-gram (n <= loop_ngram) loop_repeats + 1 times in a row
-    (the position after its first occurrence), else -1. The shortest such n-gram decides."""
-    cut = tf.fill(tf.shape(tokens)[:-1], -1)
-    for n in range(loop_ngram, 0, -1):
-        span = n * loop_repeats  # each of the last `span` tokens equals the one n before it
-        positions = step - tf.range(span)
-        same = tf.reduce_all(tf.equal(
+def loop_bans(tokens: tf.Tensor, step: tf.Tensor, vocab_size: int, loop_ngram: int,
+              loop_repeats: int) -> tf.Tensor:
+    """tokens [..., L] written before position `step` -> [..., V] bool: the tokens that,
+    written at `step`, would end loop_repeats + 1 copies in a row of one n-gram
+    (n <= loop_ngram)."""
+    banned = tf.zeros(tf.concat([tf.shape(tokens)[:-1], [vocab_size]], 0), tf.bool)
+    for n in range(1, loop_ngram + 1):
+        span = n * (loop_repeats + 1)  # the copies' tokens, the next one included
+        # Each known token of the span (all but the first n and the next) repeats the one
+        # n before it; then the next token would too if it were the one n before it.
+        positions = step - 1 - tf.range(span - n - 1)
+        periodic = tf.reduce_all(tf.equal(
             tf.gather(tokens, tf.maximum(positions, 0), axis=-1),
             tf.gather(tokens, tf.maximum(positions - n, 0), axis=-1)), axis=-1)
-        cut = tf.where(same & (step + 1 >= span + n), step + 1 - span, cut)
-    return cut
-
-
-def _end_at(tokens: tf.Tensor, cut: tf.Tensor) -> tf.Tensor:
-    """tokens [..., L] with END_ID at position cut [...] and PAD_ID after it."""
-    position = tf.range(tf.shape(tokens)[-1])
-    return tf.where(position == cut[..., None], END_ID,
-                    tf.where(position > cut[..., None], PAD_ID, tokens))
+        repeated = tf.gather(tokens, tf.maximum(step - n, 0), axis=-1)
+        banned |= (periodic & (step + 1 >= span))[..., None] & tf.cast(
+            tf.one_hot(repeated, vocab_size), tf.bool)
+    return banned
 
 
 def _per_sentence(max_length: tf.Tensor | int,
@@ -92,16 +89,14 @@ def _greedy_loop(next_logits: NextLogits, state: Any, limits: tf.Tensor,
     def body(step, last_tokens, finished, scores, tokens, state):
         logits, state = next_logits(last_tokens, step, state)
         log_probs = _next_token_log_probs(logits)
+        if loop_ngram and loop_repeats:
+            log_probs = tf.where(loop_bans(tokens, step, logits.shape[-1], loop_ngram,
+                                           loop_repeats), _NEG_INF, log_probs)
         best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         best_log_probs = tf.gather(log_probs, best, batch_dims=1)
         best = tf.where(finished, PAD_ID, best)
         scores += tf.where(finished, 0.0, best_log_probs)
         tokens = _write_at(tokens, best, step)
-        if loop_ngram and loop_repeats:
-            cut = loop_cut(tokens, step, loop_ngram, loop_repeats)
-            looping = ~finished & (cut >= 0)
-            tokens = tf.where(looping[:, None], _end_at(tokens, cut), tokens)
-            finished |= looping
         finished |= tf.equal(best, END_ID) | (step + 1 >= limits)
         return step + 1, best, finished, scores, tokens, state
 
@@ -143,9 +138,8 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
     best score log_prob / length_penalty. A sentence is done at its limit, or once no unfinished
     hypothesis can beat its best finished one even at the limit: not, as in OpenNMT-py, as soon
     as its most probable extension ends, which would ignore the length penalty and answer short
-    (BENCHMARKS.md, "Decoding speed"). An extension caught by the loop guard is finished too,
-    cut after its n-gram's first occurrence. With beam_width=1 and alpha=0 this is exactly
-    greedy decoding.
+    (BENCHMARKS.md, "Decoding speed"). The loop guard bars extensions as in greedy decoding.
+    With beam_width=1 and alpha=0 this is exactly greedy decoding.
 
     Returns token_ids [B, L] int32 and scores [B] float32 (length-normalized log-probability;
     the plain sum when alpha is 0).
@@ -164,6 +158,9 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
         logits, cache = model.decode_step(tf.reshape(alive_last, [-1]), step, cache)
         vocab_size = logits.shape[-1]  # static, so reshapes keep the loop's static shapes
         log_probs = tf.reshape(_next_token_log_probs(logits), [-1, beam_width, vocab_size])
+        if loop_ngram and loop_repeats:
+            log_probs = tf.where(loop_bans(alive_tokens, step, vocab_size, loop_ngram,
+                                           loop_repeats), _NEG_INF, log_probs)
         extended = tf.reshape(alive_log_probs[:, :, None] + log_probs,
                               [-1, beam_width * vocab_size])
         candidate_log_probs, flat_index = tf.math.top_k(extended, k=candidates)  # [B, 2K]
@@ -172,17 +169,11 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
 
         at_limit = step + 1 >= limits
         ends = tf.equal(token, END_ID)
-        ending_tokens = candidate_tokens
-        if loop_ngram and loop_repeats:
-            cut = loop_cut(candidate_tokens, step, loop_ngram, loop_repeats)  # [B, 2K]
-            ending_tokens = tf.where((cut >= 0)[..., None], _end_at(candidate_tokens, cut),
-                                     candidate_tokens)
-            ends |= cut >= 0
         finishing = first_rank & (ends | at_limit[:, None]) & ~done[:, None]
         scores = tf.where(finishing, candidate_log_probs / _length_penalty(step + 1, alpha),
                           _NEG_INF)
         finished_scores, keep = tf.math.top_k(tf.concat([finished_scores, scores], 1), beam_width)
-        finished_tokens = tf.gather(tf.concat([finished_tokens, ending_tokens], 1), keep,
+        finished_tokens = tf.gather(tf.concat([finished_tokens, candidate_tokens], 1), keep,
                                     batch_dims=1)
 
         alive_log_probs, keep = tf.math.top_k(

@@ -109,24 +109,31 @@ class Translator(tf.Module):
         its longest clause (longer than max_source_length: it was cut between words).
 
         A sentence within max_source_length tokens is one piece. A longer one is cut at
-        segmentation.CUTS, strongest first, each only where a piece is still too long, and its
-        pieces packed back, in order, into as few as fit the limit."""
+        segmentation.CUTS, strongest first, each only where a piece is still longer than
+        hparams.clause_tokens (between words: than max_source_length), and its pieces packed
+        back, in order, into as few as fit clause_tokens."""
         limit = self.hparams.max_source_length
+        target = self.hparams.clause_tokens or limit
         pieces = tf.RaggedTensor.from_tensor(sentences[:, None])
-        for cut in segmentation.CUTS:
+        for level, cut in enumerate(segmentation.CUTS):
             counts = self.token_counts(pieces.flat_values)
-            if cut is segmentation.CUTS[-1]:  # what is left are clauses, or whole sentences
+            if level == 0:
+                sentence_tokens = counts
+            last = level == len(segmentation.CUTS) - 1  # what is left: clauses
+            if last:
                 longest_clause = tf.reduce_max(pieces.with_flat_values(counts), axis=1)
+            too_long = (tf.gather(sentence_tokens, pieces.value_rowids()) > limit) & (
+                counts > (limit if last else target))
             pieces = pieces.with_flat_values(segmentation.cut_where(
-                pieces.flat_values, counts > limit, cut)).merge_dims(1, 2)
+                pieces.flat_values, too_long, cut)).merge_dims(1, 2)
         chunk = segmentation.pack(self.token_counts(pieces.flat_values), pieces.value_rowids(),
-                                  limit)
+                                  target)
         count = tf.reduce_max(tf.concat([[-1], chunk], axis=0)) + 1
         text = tf.strings.unsorted_segment_join(pieces.flat_values, chunk, count)
         owner = tf.math.unsorted_segment_max(pieces.value_rowids(), chunk, count)
         return (tf.RaggedTensor.from_value_rowids(text, owner, nrows=tf.size(sentences,
                                                                            out_type=tf.int64)),
-                tf.maximum(longest_clause, 0))
+                longest_clause)
 
     def translate(self, english: tf.Tensor, beam: bool = False) -> dict[str, tf.Tensor]:
         """[B] lines -> the signatures' outputs. With hparams.split_sentences, each sentence of a

@@ -101,18 +101,21 @@ class HParams:
     # max_source_length tokens in pieces cut at its clauses (trainer_module/segmentation.py):
     # the model learned from single sentences of at most that many tokens.
     split_sentences: bool = True
+    # A sentence over max_source_length is translated in pieces of at most this many tokens
+    # (0: max_source_length), cut at its clauses.
+    clause_tokens: int = 0
     # Decoding: per sentence, at most min(ratio * source_length + extra, decode_max_length) tokens.
     decode_length_ratio: float = 1.5
     decode_max_extra_tokens: int = 10
     decode_max_length: int = 256
     beam_width: int = 4
     beam_alpha: float = 1.0  # GNMT length penalty ((5 + length) / 6) ** alpha; BENCHMARKS.md
-    # The loop guard (decoding.py): a hypothesis whose last tokens are one n-gram of at most
-    # decode_loop_ngram tokens said more than decode_loop_repeats times in a row ends after
-    # its first occurrence. 0 turns it off. Four copies in a row is a loop in French text;
-    # "très très" or "non, non, non" are two or three.
+    # The loop guard (decoding.py): no n-gram of at most decode_loop_ngram tokens is said
+    # more than decode_loop_repeats times in a row; the token that would is barred. 0 turns it
+    # off. French says "très très" or "non, non"; three copies are the loops the dev set
+    # showed ("une forte forte forte partie", "veiqueiqueique").
     decode_loop_ngram: int = 6
-    decode_loop_repeats: int = 3
+    decode_loop_repeats: int = 2
 
     def __post_init__(self) -> None:
         if self.d_model % self.num_heads:
@@ -147,6 +150,9 @@ class HParams:
             raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
         if self.beam_alpha < 0:  # beam search's stop rule needs a penalty that never falls
             raise ValueError(f"beam_alpha must be >= 0, got {self.beam_alpha}")
+        if not 0 <= self.clause_tokens <= self.max_source_length:
+            raise ValueError(f"clause_tokens must be in [0, max_source_length="
+                             f"{self.max_source_length}], got {self.clause_tokens}")
         if self.decode_loop_ngram < 0 or self.decode_loop_repeats < 0:
             raise ValueError("decode_loop_ngram and decode_loop_repeats must be >= 0 (0: no "
                              f"loop guard), got {self.decode_loop_ngram} and "
