@@ -114,10 +114,11 @@ def test_runs_newest_first_with_executed_cached_and_interrupted_components(capsy
     status, table, _ = nmt(capsys, "metadata", "runs", "--pipeline-root", root)
     lines = table.splitlines()
     assert status == 0
-    assert lines[0].split() == ["RUN", "STATUS", "STARTED", "SECONDS", "COMPONENT", "STATE",
-                                "SECONDS"]
+    assert lines[0].split() == ["RUN", "STATUS", "STARTED", "SECONDS", "BEAM", "ENGINE",
+                                "COMPONENT", "STATE", "SECONDS"]
     assert lines[1].split()[:2] == [run_ids["rerun"], "complete"]
-    assert lines[1].split()[4:6] == ["FraTxtExampleGen", "cached"]
+    assert lines[1].split()[-3:-1] == ["FraTxtExampleGen", "cached"]
+    assert lines[1][lines[0].index("BEAM ENGINE"):].startswith("direct (in memory)")
     assert len(lines) == 1 + sum(len(r["components"]) for r in runs) + 1  # + blank line
     assert lines[1].index("FraTxtExampleGen") == lines[2].index("ImportSchemaGen") == \
         lines[0].index("COMPONENT")  # aligned

@@ -62,6 +62,7 @@ def test_the_run_ends_with_its_summary_and_shows_no_library_noise(smoke_run):
     assert "  Blessed: yes: single-reference BLEU >= 0 (the first model: there is no blessed " \
            "one to compare with)" in summary
     assert f"  Pushed: version {smoke_run.pushed_version} to {pushed_path(smoke_run)}" in summary
+    assert "  Beam engine: direct (in memory)" in summary
     assert summary[-1] == f'  Next: nmt translate --pipeline-root {shlex.quote(smoke_run.root)} ' \
                           '"Hello."'
     # The killed run went through the data half and Transform, where most of the noise is.

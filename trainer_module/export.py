@@ -111,14 +111,30 @@ class Translator(tf.Module):
         A sentence within max_source_length tokens is one piece. A longer one is cut at
         segmentation.CUTS, strongest first, each only where a piece is still longer than
         hparams.clause_tokens (between words: than max_source_length), and its pieces packed
-        back, in order, into as few as fit clause_tokens."""
+        back, in order, into as few as fit clause_tokens. A batch without a long sentence is
+        tokenized once here, not once per cut."""
+        limit = self.hparams.max_source_length
+        sentence_tokens = self.token_counts(sentences)
+
+        def whole() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            return sentences, tf.range(tf.size(sentences, out_type=tf.int64)), sentence_tokens
+
+        text, owner, longest_clause = tf.cond(tf.reduce_any(sentence_tokens > limit),
+                                              lambda: self._cut(sentences, sentence_tokens),
+                                              whole)
+        return (tf.RaggedTensor.from_value_rowids(text, owner, nrows=tf.size(
+            sentences, out_type=tf.int64)), longest_clause)
+
+    def _cut(self, sentences: tf.Tensor, sentence_tokens: tf.Tensor
+             ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """`chunks` for a batch with a long sentence: the pieces [P], the sentence of each
+        [P] (in order) and the tokens of each sentence's longest clause [N]."""
         limit = self.hparams.max_source_length
         target = self.hparams.clause_tokens or limit
-        pieces = tf.RaggedTensor.from_tensor(sentences[:, None])
+        pieces, counts = tf.RaggedTensor.from_tensor(sentences[:, None]), sentence_tokens
         for level, cut in enumerate(segmentation.CUTS):
-            counts = self.token_counts(pieces.flat_values)
-            if level == 0:
-                sentence_tokens = counts
+            if level:
+                counts = self.token_counts(pieces.flat_values)
             last = level == len(segmentation.CUTS) - 1  # what is left: clauses
             if last:
                 longest_clause = tf.reduce_max(pieces.with_flat_values(counts), axis=1)
@@ -129,10 +145,8 @@ class Translator(tf.Module):
         chunk = segmentation.pack(self.token_counts(pieces.flat_values), pieces.value_rowids(),
                                   target)
         count = tf.reduce_max(tf.concat([[-1], chunk], axis=0)) + 1
-        text = tf.strings.unsorted_segment_join(pieces.flat_values, chunk, count)
-        owner = tf.math.unsorted_segment_max(pieces.value_rowids(), chunk, count)
-        return (tf.RaggedTensor.from_value_rowids(text, owner, nrows=tf.size(sentences,
-                                                                           out_type=tf.int64)),
+        return (tf.strings.unsorted_segment_join(pieces.flat_values, chunk, count),
+                tf.math.unsorted_segment_max(pieces.value_rowids(), chunk, count),
                 longest_clause)
 
     def translate(self, english: tf.Tensor, beam: bool = False) -> dict[str, tf.Tensor]:
