@@ -101,7 +101,8 @@ def _manifest_jars(jar: str) -> list[str]:
 def write_launcher_jar(classpath: str, jar: str) -> None:
     """A jar of one manifest: JOB_SERVER_MAIN, and `classpath`'s jars as file: URLs (its lines
     wrapped at 72 bytes, as the jar format wants)."""
-    urls = " ".join(pathlib.Path(p).resolve().as_uri() for p in classpath.strip().split(os.pathsep))
+    jars = classpath.strip().split(os.pathsep)
+    urls = " ".join(pathlib.Path(path).resolve().as_uri() for path in jars)
     lines = ["Manifest-Version: 1.0", f"Main-Class: {JOB_SERVER_MAIN}",
              "Created-By: nmt-fra-eng make flink"]
     text = f"Class-Path: {urls}".encode()
@@ -271,9 +272,8 @@ def _wait_for_port(process: subprocess.Popen, port: int, what: str, log_path: st
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the process group (the worker pool's SDK workers too), SIGKILL if it lingers."""
-    if process.poll() is not None:
-        return
+    """SIGTERM to the process group (the worker pool's SDK workers too, even if the pool itself
+    is gone), SIGKILL if it lingers."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     try:
