@@ -253,10 +253,14 @@ def test_diff_reports_the_changed_hyperparameter(capsys, root, run_ids):
     assert (result["run_a"], result["run_b"]) == (run_ids["resumed"], run_ids["rerun"])
     changes = result["changes"]
     assert [c for c in changes if c["section"] != "metrics"] == [
+        {"section": "config", "key": "Trainer.custom_config.hparams.decode_loop_ngram",
+         "a": None, "b": 0},  # conftest.smoke_rerun's --hparam
         {"section": "config", "key": "Trainer.train_args.num_steps",
          "a": SMOKE_TRAIN_STEPS, "b": RERUN_TRAIN_STEPS},
         {"section": "hyperparameters", "key": "checkpoint_every",
          "a": PROFILES["smoke"].checkpoint_every, "b": RERUN_TRAIN_STEPS},
+        {"section": "hyperparameters", "key": "decode_loop_ngram",
+         "a": PROFILES["smoke"].decode_loop_ngram, "b": 0},
         {"section": "hyperparameters", "key": "train_steps",
          "a": SMOKE_TRAIN_STEPS, "b": RERUN_TRAIN_STEPS}]
     metrics = {c["key"]: (c["a"], c["b"]) for c in changes if c["section"] == "metrics"}
