@@ -255,14 +255,15 @@ def test_a_shuffle_buffer_covering_the_split_removes_the_length_trend():
     assert stats.spearmanr(range(len(partial)), partial).statistic > 0.5
 
 
-def _joined(fraction: float, lengths: list[int], max_length: int = 8) -> list[tuple[list, list]]:
+def _joined(fraction: float, lengths: list[int], max_length: int = 8, window: int = 2
+            ) -> list[tuple[list, list]]:
     """`join_pairs` over pairs of these source lengths (target: the source + 100, then 99)."""
     sources = [list(range(1, n + 1)) for n in lengths]
     pairs = tf.data.Dataset.from_generator(
         lambda: ((s, [100 + x for x in s] + [99]) for s in sources),
         output_signature=(tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32)))
     hparams = HParams(joined_pairs=fraction, max_source_length=max_length,
-                      max_target_length=max_length + 1)
+                      max_target_length=max_length + 1, max_pairs_joined=window)
     return [(s.tolist(), t.tolist())
             for s, t in input_pipeline.join_pairs(pairs, hparams, seed=0).as_numpy_iterator()]
 
@@ -292,3 +293,27 @@ def test_about_the_asked_fraction_of_pairs_is_joined():
     made = sum(len(s) == 2 for s, _ in joined)
     assert sum(len(s) for s, _ in joined) == 2 * windows  # no pair lost
     assert abs(made / windows - 0.25) < 0.04
+
+
+def test_windows_of_more_pairs_join_two_to_all_of_them_as_far_as_they_fit():
+    lengths = [1] * 4_000
+    joined = _joined(1.0, lengths, max_length=100, window=4)
+    assert sum(len(s) for s, _ in joined) == len(lengths)  # no pair lost
+    sizes = [len(s) for s, _ in joined]
+    # Every window of 4 gives one example of 2, 3 or 4 pairs (drawn evenly), then the rest.
+    assert set(sizes) == {1, 2, 3, 4}
+    joins = [n for n in sizes if n > 1]
+    assert len(joins) == len(lengths) // 4
+    for n in (2, 3, 4):
+        assert abs(joins.count(n) / len(joins) - 1 / 3) < 0.05
+    # A window whose first pairs pass the limits together joins only those that fit: 3 + 4
+    # source tokens fit 8, 3 + 4 + 5 do not; a first pair that fits with none stays alone.
+    alone = _joined(0.0, [3, 4, 5, 1])
+    assert _joined(1.0, [3, 4, 5, 1], window=4) == [
+        (alone[0][0] + alone[1][0], alone[0][1] + alone[1][1]), alone[2], alone[3]]
+    assert _joined(1.0, [6, 5, 1, 2], window=4) == _joined(0.0, [6, 5, 1, 2])
+
+
+def test_max_pairs_joined_below_two_is_refused():
+    with pytest.raises(ValueError, match="max_pairs_joined must be >= 2, got 1"):
+        HParams(max_pairs_joined=1)

@@ -72,10 +72,12 @@ class HParams:
     # buffer smaller than the ~133k training pairs makes each pass run from short to long.
     shuffle_pairs: int = 50_000
     seed: int = 0  # shuffling: the same on every worker (their shards are disjoint anyway)
-    # This fraction of the shuffled training pairs, two by two, are joined end to end into one
-    # two-sentence example (input_pipeline.join_pairs): fra.txt's pairs are single short
-    # sentences, and a model that never saw a longer input breaks down on one.
+    # In this fraction of windows of max_pairs_joined shuffled training pairs, 2 to
+    # max_pairs_joined of them are joined end to end into one example
+    # (input_pipeline.join_pairs): fra.txt's pairs are single short sentences, and a model
+    # that never saw a longer input breaks down on one.
     joined_pairs: float = 0.0
+    max_pairs_joined: int = 2
     # A worker caches its training pairs in memory only if they fit this (0: never); else each
     # epoch reads them again (input_pipeline.py).
     cache_megabytes: int = 4096
@@ -136,6 +138,8 @@ class HParams:
             raise ValueError(f"ema_momentum must be in [0, 1), got {self.ema_momentum}")
         if not 0.0 <= self.joined_pairs <= 1.0:
             raise ValueError(f"joined_pairs must be in [0, 1], got {self.joined_pairs}")
+        if self.max_pairs_joined < 2:
+            raise ValueError(f"max_pairs_joined must be >= 2, got {self.max_pairs_joined}")
         if not 0.0 <= self.average_fraction <= 1.0:
             raise ValueError(f"average_fraction must be in [0, 1], got {self.average_fraction}")
         if self.precision not in PRECISIONS:

@@ -30,6 +30,7 @@ _PARALLEL_FILES = 8  # files read at once (interleaved) by one worker
 # Cached pairs take about this many bytes of memory per byte of Transform's gzip output
 # (int32 ids plus tf.data's per-element overhead; BENCHMARKS.md, "Training input").
 CACHE_BYTES_PER_FILE_BYTE = 20
+_DRAWS = 1_000_000  # join_pairs: the resolution of its join-or-not draw
 _EVAL_SHUFFLE_PAIRS = 100_000  # more than the eval split has: the sample spans all of it
 VALIDATION_PAIRS = 2_000  # the fixed random sample of the eval split behind "validation loss"
 # Padded lengths of the buckets; batches hold ~batch_tokens tokens whatever the bucket.
@@ -168,33 +169,41 @@ def training_order(pairs: tf.data.Dataset, hparams: HParams, seed: int | None = 
 
 
 def join_pairs(pairs: tf.data.Dataset, hparams: HParams, seed: int) -> tf.data.Dataset:
-    """Consecutive pairs two by two, `hparams.joined_pairs` of them joined into one example:
-    the second source after the first, the second target after the first. A join that would
-    pass max_source_length or max_target_length is not made; no pair is lost either way.
+    """Consecutive pairs in windows of `hparams.max_pairs_joined`; in `hparams.joined_pairs`
+    of the windows the first n pairs are joined into one example (n drawn from 2 to
+    max_pairs_joined), each source after the one before, each target after the one before,
+    the rest stay alone. n is cut to the pairs that fit max_source_length and
+    max_target_length together; no pair is lost either way.
 
     Every fra.txt pair is one short sentence; joined ones show the model longer inputs, whose
     translation a model trained on short ones alone breaks down on (sentence length acts as a
     domain: Varis and Bojar 2021; joining pairs helps: Nguyen et al. 2021).
     """
-    def split_or_join(two: Pair, draw: tf.Tensor) -> tf.data.Dataset:
-        sources, targets = two  # [1 or 2, (length)] ragged
-        join = ((sources.nrows() == 2) & (draw < hparams.joined_pairs)
-                & (tf.size(sources.flat_values) <= hparams.max_source_length)
-                & (tf.size(targets.flat_values) <= hparams.max_target_length))
+    window = hparams.max_pairs_joined
+
+    def split_or_join(pairs_: Pair, draw: tf.Tensor) -> tf.data.Dataset:
+        sources, targets = pairs_  # [1..window, (length)] ragged
+        wanted = 2 + tf.cast(draw // _DRAWS % (window - 1), tf.int32)
+        fit = tf.reduce_sum(tf.cast(
+            (tf.cumsum(tf.cast(sources.row_lengths(), tf.int32)) <= hparams.max_source_length)
+            & (tf.cumsum(tf.cast(targets.row_lengths(), tf.int32))
+               <= hparams.max_target_length), tf.int32))
+        n = tf.minimum(wanted, fit)
+        join = (n >= 2) & (tf.cast(draw % _DRAWS, tf.float32) / _DRAWS < hparams.joined_pairs)
 
         def rows(ragged: tf.RaggedTensor) -> tf.RaggedTensor:
             lengths = ragged.row_lengths()
+            joined = tf.concat([tf.reduce_sum(lengths[:n], keepdims=True), lengths[n:]], 0)
             return tf.RaggedTensor.from_row_lengths(
-                ragged.flat_values, tf.cond(join, lambda: tf.reduce_sum(lengths, keepdims=True),
-                                            lambda: lengths))
+                ragged.flat_values, tf.cond(join, lambda: joined, lambda: lengths))
 
         return tf.data.Dataset.from_tensor_slices((rows(sources), rows(targets)))
 
-    draws = tf.data.Dataset.random(seed=seed).map(
-        lambda n: tf.cast(n % 1_000_000, tf.float32) / 1_000_000)
+    # One random int64 per window: its low digits decide whether to join, the rest how many.
+    draws = tf.data.Dataset.random(seed=seed)
     # The rows of a ragged batch come out as plain tensors, but their spec still says ragged
     # (ragged_rank 0), which padded batching refuses: passing them through a map fixes the spec.
-    return (tf.data.Dataset.zip((pairs.ragged_batch(2), draws))
+    return (tf.data.Dataset.zip((pairs.ragged_batch(window), draws))
             .flat_map(split_or_join)
             .map(lambda source, target: (source, target)))
 
