@@ -112,6 +112,15 @@ def _component(component: str, mode: str, size: int, key: str,
     return cell
 
 
+def _against_in_memory(mode: str, size: int) -> Callable[[dict], str]:
+    """How much faster than the in-memory DirectRunner a mode ran the data half."""
+    def cell(record: dict) -> str:
+        seconds = {m: sum(row["component_s"] for row in _scale_rows(record, m, size))
+                   for m in ("in_memory", mode)}
+        return f"{seconds['in_memory'] / seconds[mode]:.2f}×" if seconds[mode] else NOT_MEASURED
+    return cell
+
+
 def _against_first(record: dict) -> str:
     """A model's dev BLEU, and its paired difference from the file's first model."""
     model = record["item"]
@@ -143,6 +152,7 @@ GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
 DECODING = "translate_speed_clauses_epyc_bf16.json"  # 4b41846's export, then today's
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
            "DirectRunner, 2 workers"), ("flink", "Flink"))
+ENGINES_16X = (*ENGINES, ("flink_heap_1g", "Flink, JVM heap 1 GiB"))
 
 # The exports of benchmarks/long_sentences.py's result, as decisions against its first.
 LONG_SENTENCES_HISTORY = "Long sentences translated whole (issue #56), 2026-11-28"
@@ -239,6 +249,14 @@ TABLES = (
               *(_data_half(mode, s, "component_s") for s in (1, 4, 16)),
               *(_data_half(mode, s, "peak_rss_mb", max) for s in (1, 4, 16)),
               _source)) for mode, label in ENGINES)),
+    Table("engines-16x", ("engine", "data half s", "speed vs in memory", "peak MB",
+                          "CPU s: nmt process", "CPU s: Python workers", "CPU s: JVM",
+                          "result file"),
+          tuple(Row("scale_engines_16x.json", (
+              label, _data_half(mode, 16, "component_s"), _against_in_memory(mode, 16),
+              _data_half(mode, 16, "peak_rss_mb", max),
+              *(_data_half(mode, 16, f"cpu_{kind}_s") for kind in ("runner", "workers", "jvm")),
+              _source)) for mode, label in ENGINES_16X)),
     Table("long-sentences", ("export", "BLEU, >30 words", "chrF, >30 words",
                              "output/reference length, median / min", "loops, all lines",
                              "lines warned", "dev BLEU, all lines (vs first: diff, sd)",

@@ -4,8 +4,8 @@ signatures.
 
 Usage: python benchmarks/quality.py --pipeline-root /work/runs/cpu --model DIR [--model DIR2]
            [--split test] [--batch-size 64] [--output RESULT.json]
---model is a SavedModel (e.g. a pushed version or a Trainer's Format-Serving directory);
-several are scored on the same sentences, side by side.
+--model is a SavedModel (e.g. a pushed version or a Trainer's Format-Serving directory), or
+NAME=DIR to name it in the result; several are scored on the same sentences, side by side.
 """
 from __future__ import annotations
 
@@ -68,14 +68,15 @@ def evaluate(pipeline_root: str, model_dirs: list[str], split: str, batch_size: 
     english = [e for e, _ in rows]
     references = [r for _, r in rows]
     results = {"split": split, "signature": signature_name, "models": {}}
-    for model_dir in model_dirs:
+    for model in model_dirs:
+        name, _, model_dir = model.rpartition("=")
         start = time.time()
         hypotheses = translate(model_dir, english, batch_size, signature_name)
         by_bucket = collections.defaultdict(list)
         for i, sentence in enumerate(english):
             by_bucket[bucket_of(sentence)].append(i)
         long = [i for i, sentence in enumerate(english) if len(sentence.split()) > 10]
-        results["models"][model_dir] = {
+        results["models"][name or model_dir] = {
             "overall": score(hypotheses, references),
             # As published results are scored: one reference, the first in fra.txt's order.
             "overall_first_reference": score(hypotheses, [r[:1] for r in references]),

@@ -17,6 +17,7 @@ generated first if missing) and each Beam mode:
   flink             --beam-runner flink: Beam's Flink job server with an embedded Flink
                     cluster of one slot per core, and one SDK worker process per slot
                     (pipeline/flink.py); the JVM's memory counts in peak_rss_mb
+  flink_heap_1g     the same with the JVM's heap capped at 1 GiB (JDK_JAVA_OPTIONS=-Xmx1g)
 
 it runs `python -m cli run --data CORPUS --profile smoke --pipeline-root ROOT
 --to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
@@ -43,7 +44,11 @@ Per component it records:
                    buffers in memory
   peak_worker_rss_mb  the peak of its largest descendant: one Beam worker process
   cpu_s            user + system CPU seconds of the process and the descendants it waited
-                   for (getrusage of children): cpu_s / subprocess_s is the parallelism
+                   for (getrusage of children): cpu_s / subprocess_s is the parallelism;
+                   it misses processes nobody waited for (Flink's SDK workers)
+  cpu_runner_s, cpu_workers_s, cpu_jvm_s  user + system CPU seconds of every process of
+                   the tree, read at each one's last sample and summed by kind: the nmt
+                   process, the Python processes under it (Beam workers), the JVM
   examples_per_split, parse counts (after ExampleGen; repeated on the later rows),
   transform_files_per_split and bytes (Transform's transformed_examples/*/Split-*/)
   learners, learning_sum_s, learning_span_s  (Transform) each vocabulary learner's seconds
@@ -83,22 +88,35 @@ from benchmarks import results
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = ("FraTxtExampleGen", "StatisticsGen", "ImportSchemaGen", "StrictExampleValidator",
               "Transform")
-MODES = ("in_memory", "multi_processing", "flink")
+# Flink modes: `--beam-runner flink`, with these Beam flags and environment variables.
+FLINK_MODES: dict[str, dict] = {
+    "flink": {},
+    # The JVM's heap capped (the java launcher reads JDK_JAVA_OPTIONS); by default it may
+    # grow to a quarter of the machine's memory.
+    "flink_heap_1g": {"env": {"JDK_JAVA_OPTIONS": "-Xmx1g"}},
+}
+MODES = ("in_memory", "multi_processing", *FLINK_MODES)
 SAMPLE_S = 0.5
 MEASURED = ("time and peak memory of each data-half component per corpus size (x fra.txt) "
             "and Beam mode")
 
 
 def beam_args(mode: str, workers: int) -> list[str]:
-    if mode in ("in_memory", "flink"):
-        return []  # nmt's defaults: --direct_running_mode=in_memory --direct_num_workers=1
-    return ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+    if mode == "multi_processing":
+        return ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+    # nmt's defaults: --direct_running_mode=in_memory --direct_num_workers=1; Flink's own
+    return [*FLINK_MODES.get(mode, {}).get("beam_args", ())]
 
 
 def engine_args(mode: str) -> tuple[str, ...]:
     """`nmt run`'s engine flag: Flink is started and stopped by each invocation (its JVM and
     SDK workers are in the measured process tree)."""
-    return ("--beam-runner", "flink") if mode == "flink" else ()
+    return ("--beam-runner", "flink") if mode in FLINK_MODES else ()
+
+
+def mode_env(mode: str) -> dict[str, str]:
+    """Environment variables a mode adds to `nmt run`'s."""
+    return dict(FLINK_MODES.get(mode, {}).get("env", {}))
 
 
 def machine_info() -> dict:
@@ -145,25 +163,34 @@ def ensure_corpus(path: str, source: str, size: int, lines: int | None, use_gzip
 
 # --- one component run ----------------------------------------------------------------------
 
-def _tree_rss(process: psutil.Process) -> list[int]:
-    """RSS (bytes) of a process (first) and of each of its live descendants."""
+def _tree(process: psutil.Process) -> list[psutil.Process]:
+    """A process (first) and its live descendants."""
     try:
-        members = [process, *process.children(recursive=True)]
+        return [process, *process.children(recursive=True)]
     except psutil.Error:
         return []
-    sizes = []
-    for member in members:
-        try:
-            sizes.append(member.memory_info().rss)
-        except psutil.Error:  # ended between the listing and the reading
-            pass
-    return sizes
+
+
+def process_kind(member: psutil.Process, root_pid: int) -> str:
+    """Whose CPU a process's is: the nmt process ("runner": with the in-memory DirectRunner,
+    all of Beam's work), a JVM ("jvm": Flink's job server and its embedded cluster), or a
+    Python process under the runner ("workers": multi_processing workers, Flink's SDK
+    worker pool and its workers)."""
+    if member.pid == root_pid:
+        return "runner"
+    try:
+        name = os.path.basename((member.cmdline() or [member.name()])[0])
+    except psutil.Error:
+        name = ""
+    return "jvm" if name == "java" else "workers"
 
 
 class PeakMemory(threading.Thread):
-    """Samples a process tree's RSS every SAMPLE_S seconds until stopped: the peaks of the
-    sum, of the root process alone (with multi_processing, the runner, which holds Beam's
-    in-memory shuffle) and of its largest descendant (a Beam worker)."""
+    """Samples a process tree every SAMPLE_S seconds until stopped: the peaks of its summed
+    RSS, of the root process alone (with multi_processing, the runner, which holds Beam's
+    in-memory shuffle) and of its largest descendant (a Beam worker or the JVM); and each
+    process's CPU time at its last sample, summed by `process_kind` (a process that ends
+    between two samples loses at most SAMPLE_S of it)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -173,11 +200,21 @@ class PeakMemory(threading.Thread):
         self.peak_descendant_bytes = 0
         self.peak_processes = 0
         self.samples = 0
+        self._cpu: dict[int, tuple[str, float]] = {}
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.is_set():
-            sizes = _tree_rss(self.process)
+            sizes = []
+            for member in _tree(self.process):
+                try:
+                    sizes.append(member.memory_info().rss)
+                    times = member.cpu_times()
+                except psutil.Error:  # ended between the listing and the reading
+                    continue
+                kind = self._cpu.get(member.pid, (None,))[0] or process_kind(
+                    member, self.process.pid)
+                self._cpu[member.pid] = (kind, times.user + times.system)
             if sizes:
                 self.peak_bytes = max(self.peak_bytes, sum(sizes))
                 self.peak_root_bytes = max(self.peak_root_bytes, sizes[0])
@@ -185,6 +222,13 @@ class PeakMemory(threading.Thread):
             self.peak_processes = max(self.peak_processes, len(sizes))
             self.samples += 1
             self._halt.wait(SAMPLE_S)
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """Sampled CPU seconds per `process_kind`."""
+        totals = {"runner": 0.0, "workers": 0.0, "jvm": 0.0}
+        for kind, seconds in self._cpu.values():
+            totals[kind] += seconds
+        return totals
 
     def stop(self) -> None:
         self._halt.set()
@@ -197,7 +241,8 @@ def _children_cpu_s() -> float:
 
 
 def run_component(corpus: str, root: str, component: str, args: list[str], log_path: str,
-                  timeout_s: float | None, run_args: tuple[str, ...] = ()) -> dict:
+                  timeout_s: float | None, run_args: tuple[str, ...] = (),
+                  extra_env: dict[str, str] | None = None) -> dict:
     """One `nmt run --to component` (with `run_args`) in its own process (group): its status,
     wall time, peak memory of its process tree and CPU time."""
     command = [sys.executable, "-m", "cli", "run", "--data", corpus, "--profile",
@@ -205,6 +250,7 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
                *[f"--beam-arg={a}" for a in args]]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, *filter(None, [env.get("PYTHONPATH")])])
+    env.update(extra_env or {})
     cpu_before = _children_cpu_s()
     with open(log_path, "w") as log:
         log.write(" ".join(command) + "\n")
@@ -231,7 +277,10 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
               "peak_root_rss_mb": round(sampler.peak_root_bytes / 2**20, 1),
               "peak_worker_rss_mb": round(sampler.peak_descendant_bytes / 2**20, 1),
               "peak_processes": sampler.peak_processes, "rss_samples": sampler.samples,
-              "cpu_s": round(_children_cpu_s() - cpu_before, 2), "log": log_path}
+              "cpu_s": round(_children_cpu_s() - cpu_before, 2),
+              **{f"cpu_{kind}_s": round(seconds, 1)
+                 for kind, seconds in sampler.cpu_by_kind().items()},
+              "log": log_path}
     if status != "ok":
         with open(log_path, errors="replace") as f:
             result["error_tail"] = f.read()[-3000:]
@@ -425,6 +474,7 @@ def main(argv: list[str] | None = None) -> None:
             for component in components:
                 number += 1
                 row = {**corpus_facts, "mode": mode, "beam_args": beam_args(mode, args.workers),
+                       "env": mode_env(mode),
                        "component": component, "pipeline_root": root,
                        "started": datetime.datetime.now().astimezone().isoformat(
                            timespec="seconds")}
@@ -437,7 +487,7 @@ def main(argv: list[str] | None = None) -> None:
                                         f"{os.path.basename(corpus)}_{mode}_{component}.log")
                 run = run_component(corpus, root, component, beam_args(mode, args.workers),
                                     log_path, args.timeout,
-                                    (*engine_args(mode), *args.run_arg))
+                                    (*engine_args(mode), *args.run_arg), mode_env(mode))
                 row.update(run)
                 if run["status"] == "ok":
                     row.update(component_time(corpus, root, component, run["subprocess_s"]))
