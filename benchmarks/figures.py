@@ -150,24 +150,45 @@ def _figure(label: str, source: str, value: Cell) -> Row:
 
 GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
 DECODING = "translate_speed_clauses_epyc_bf16.json"  # 4b41846's export, then today's
+# Flink's rows in these files ran with Java's default heap, before flink.JOB_SERVER_HEAP.
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
-           "DirectRunner, 2 workers"), ("flink", "Flink"))
-ENGINES_16X = (*ENGINES, ("flink_heap_1g", "Flink, JVM heap 1 GiB"))
+           "DirectRunner, 2 workers"), ("flink", "Flink, Java's default JVM heap"))
+ENGINES_16X = (*ENGINES, ("flink_heap_1g", "Flink, 1 GiB JVM heap (today's default)"))
 
-# The exports of benchmarks/long_sentences.py's result, as decisions against its first.
+# The exports of benchmarks/long_sentences.py's results, as decisions against each file's
+# first export, `before`: 4b41846's default model as its Trainer exported it.
 LONG_SENTENCES_HISTORY = "Long sentences translated whole (issue #56), 2026-11-28"
-LONG_SENTENCE_EXPORTS = {
-    "clauses": {"change": "a sentence over the model's length translated in pieces cut at "
-                          "its clauses, with the loop guard (serving)", "kept": "yes"},
-    "whole": {"change": "every sentence translated whole, positions beyond the trained "
-                        "length, with the loop guard (serving)", "kept": "no"},
-    "clauses_no_guard": {"change": "clause pieces without the loop guard (serving)",
-                         "kept": "no"},
-    "clauses_35": {"change": "clause pieces of at most 35 tokens, not 50 (serving)",
-                   "kept": "no"},
-    "clauses_25": {"change": "clause pieces of at most 25 tokens, not 50 (serving)",
-                   "kept": "no"},
+LONG_SENTENCE_FILES = {
+    "long_sentences_epyc_bf16.json": "the same weights as the Trainer exported them at "
+                                     "4b41846 (AMD EPYC, bf16)",
+    "long_sentences_training_epyc_bf16.json": "4b41846's default, trained the same 4,000 "
+                                              "steps, as exported then (AMD EPYC, bf16)",
 }
+LONG_SENTENCE_EXPORTS = {
+    "long_sentences_epyc_bf16.json": {
+        "clauses": {"change": "a sentence over the model's length translated in pieces cut at "
+                              "its clauses, with the loop guard (serving)", "kept": "yes"},
+        "whole": {"change": "every sentence translated whole, positions beyond the trained "
+                            "length, with the loop guard (serving)", "kept": "no"},
+        "clauses_no_guard": {"change": "clause pieces without the loop guard (serving)",
+                             "kept": "no"},
+        "clauses_35": {"change": "clause pieces of at most 35 tokens, not 50 (serving)",
+                       "kept": "no"},
+        "clauses_25": {"change": "clause pieces of at most 25 tokens, not 50 (serving)",
+                       "kept": "no"},
+    },
+    "long_sentences_training_epyc_bf16.json": {
+        "joins_4": {"change": "training pairs joined 2 to 4 (windows of four), up to 128 "
+                              "tokens; sentences up to 128 tokens translated whole",
+                    "kept": "yes"},
+        "joins_8": {"change": "training pairs joined 2 to 8, up to 128 tokens", "kept": "no"},
+        "joins_4_pieces_50": {"change": "joins of 2 to 4, served in clause pieces of 50 "
+                                        "tokens", "kept": "no"},
+        "joins_8_pieces_50": {"change": "joins of 2 to 8, served in clause pieces of 50 "
+                                        "tokens", "kept": "no"},
+    },
+}
+
 
 TABLES = (
     Table("scores", ("machine", "commit", "steps", "`make run`, min", "dev BLEU, greedy",
@@ -231,15 +252,15 @@ TABLES = (
               "{item[change]}", "{item[difference]}", "{item[sd]}", "{item[against]}",
               "{item[kept]}", _history_link),
               items=lambda r: r["figures"]["decisions"]),
-           Row("long_sentences_epyc_bf16.json", (
+           *(Row(source, (
                "{item[change]}", "{item[against_before][dev][difference]:+.2f}",
-               "{item[against_before][dev][bootstrap_std]:.2f}",
-               "the same weights as the Trainer exported them at 4b41846 (AMD EPYC, bf16)",
-               "{item[kept]}", "[" + LONG_SENTENCES_HISTORY + "](docs/benchmarks-history.md#"
+               "{item[against_before][dev][bootstrap_std]:.2f}", against, "{item[kept]}",
+               "[" + LONG_SENTENCES_HISTORY + "](docs/benchmarks-history.md#"
                + _anchor(LONG_SENTENCES_HISTORY) + ")"),
-               items=lambda r: [{**model, **LONG_SENTENCE_EXPORTS[name]} for name, model
-                                in r["figures"]["models"].items()
-                                if name in LONG_SENTENCE_EXPORTS]))),
+               items=lambda r, exports=LONG_SENTENCE_EXPORTS[source]: [
+                   {**model, **exports[name]} for name, model in r["figures"]["models"].items()
+                   if name in exports])
+             for source, against in LONG_SENTENCE_FILES.items()))),
     # Placeholders for measurements under way: each renders "not measured yet" until its
     # result file exists.
     Table("engines", ("engine", "1× s", "4× s", "16× s", "1× peak MB", "4× peak MB",
@@ -257,6 +278,21 @@ TABLES = (
               _data_half(mode, 16, "peak_rss_mb", max),
               *(_data_half(mode, 16, f"cpu_{kind}_s") for kind in ("runner", "workers", "jvm")),
               _source)) for mode, label in ENGINES_16X)),
+    Table("joins", ("measure", "4b41846's recipe (`clauses`)", "joins of 2 to 4 (`joins_4`)",
+                    "machine", "result file"),
+          (Row("test_split_joins_epyc_bf16.json", (
+              "test split BLEU, one reference (once)",
+              "{figures[models][clauses][overall_first_reference][bleu]:.2f}",
+              "{figures[models][joins_4][overall_first_reference][bleu]:.2f}",
+              _machine, _source)),
+           Row("test_split_joins_epyc_bf16.json", (
+               "test split BLEU, sentences over 10 words, all references",
+               "{figures[models][clauses][over_10_words][bleu]:.2f}",
+               "{figures[models][joins_4][over_10_words][bleu]:.2f}", _machine, _source)),
+           Row("step_time_joins_epyc_bf16.json", (
+               "training steps per second, relative",
+               "{figures[speedup_vs_first][default]:.2f}",
+               "{figures[speedup_vs_first][joins_4]:.2f}", _machine, _source)))),
     Table("long-sentences", ("export", "BLEU, >30 words", "chrF, >30 words",
                              "output/reference length, median / min", "loops, all lines",
                              "lines warned", "dev BLEU, all lines (vs first: diff, sd)",

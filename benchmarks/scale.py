@@ -16,8 +16,9 @@ generated first if missing) and each Beam mode:
                     replaces nmt's defaults, it does not add to them (cli/run.py)
   flink             --beam-runner flink: Beam's Flink job server with an embedded Flink
                     cluster of one slot per core, and one SDK worker process per slot
-                    (pipeline/flink.py); the JVM's memory counts in peak_rss_mb
-  flink_heap_1g     the same with the JVM's heap capped at 1 GiB (JDK_JAVA_OPTIONS=-Xmx1g)
+                    (pipeline/flink.py); the JVM's memory counts in peak_rss_mb. Its JVM
+                    heap: flink.JOB_SERVER_HEAP (Java's default in scale_engines*.json)
+  flink_heap_1g     the same with JDK_JAVA_OPTIONS=-Xmx1g: a 1 GiB heap whatever the default
 
 it runs `python -m cli run --data CORPUS --profile smoke --pipeline-root ROOT
 --to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
@@ -91,8 +92,9 @@ COMPONENTS = ("FraTxtExampleGen", "StatisticsGen", "ImportSchemaGen", "StrictExa
 # Flink modes: `--beam-runner flink`, with these Beam flags and environment variables.
 FLINK_MODES: dict[str, dict] = {
     "flink": {},
-    # The JVM's heap capped (the java launcher reads JDK_JAVA_OPTIONS); by default it may
-    # grow to a quarter of the machine's memory.
+    # The JVM's heap set through the java launcher's JDK_JAVA_OPTIONS: measured against
+    # Java's default heap (a quarter of the machine's memory), the engine's until then;
+    # pipeline/flink.py now sets the same heap by default (JOB_SERVER_HEAP).
     "flink_heap_1g": {"env": {"JDK_JAVA_OPTIONS": "-Xmx1g"}},
 }
 MODES = ("in_memory", "multi_processing", *FLINK_MODES)

@@ -47,6 +47,10 @@ JAVA_OPENS = ("java.base/java.lang", "java.base/java.net", "java.base/java.io",
 WORKER_POOL_PORT = 50000
 CLUSTER_WORKER_POOL = f"localhost:{WORKER_POOL_PORT}"
 JOB_PORT = 8099  # Beam's job servers' default
+# The job server's JVM heap, unless JDK_JAVA_OPTIONS sets one: Java's default is a quarter of
+# the machine's memory, which Flink's heap then grows into; batch jobs sort and spill in
+# Flink's own managed memory, outside it (BENCHMARKS.md, "Beam engines").
+JOB_SERVER_HEAP = "1g"
 _ENVIRONMENT_CACHE_MS = 3_600_000
 _START_SECONDS = 90  # the JVM's start with Flink's classes, on a slow machine
 _REACH_SECONDS = 5.0
@@ -304,9 +308,14 @@ def java_options() -> str:
     return " ".join(f"--add-opens={module}=ALL-UNNAMED" for module in JAVA_OPENS)
 
 
+def heap_options() -> list[str]:
+    """-Xmx JOB_SERVER_HEAP, unless the java launcher's JDK_JAVA_OPTIONS sets a heap."""
+    return [] if "-Xmx" in os.environ.get("JDK_JAVA_OPTIONS", "") else [f"-Xmx{JOB_SERVER_HEAP}"]
+
+
 def job_server_command(jar: str, master: str, job_port: int, artifacts_dir: str,
                        java: str | None = None) -> list[str]:
-    return [java or java_command(), *java_options().split(),
+    return [java or java_command(), *java_options().split(), *heap_options(),
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSZ",
             # Flink's per-task lines would be most of the log: its warnings, and the jobs'

@@ -210,8 +210,19 @@ def test_ctrl_c_stops_the_job_server_and_the_workers(fra_sample, tmp_path):
     for line in proc.stderr:  # the engine is up and ExampleGen's job is on it
         if "Component FraTxtExampleGen is running." in line:
             break
-    assert _processes(flink.LAUNCHER_JAR, root)
+    # The job server's JVM runs with the engine's bounded heap (the machine has no
+    # JDK_JAVA_OPTIONS of its own here: see the next test).
+    assert _processes(flink.LAUNCHER_JAR, root, f"-Xmx{flink.JOB_SERVER_HEAP} ")
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert _engine_processes(root) == []
+
+
+def test_a_heap_set_in_jdk_java_options_wins_over_the_engines(monkeypatch):
+    monkeypatch.delenv("JDK_JAVA_OPTIONS", raising=False)
+    command = flink.job_server_command("server.jar", "[local]", 8099, "/tmp/a", java="java")
+    assert command.index(f"-Xmx{flink.JOB_SERVER_HEAP}") < command.index("-jar")
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", "-XX:+UseSerialGC -Xmx4g")
+    command = flink.job_server_command("server.jar", "[local]", 8099, "/tmp/a", java="java")
+    assert not [arg for arg in command if arg.startswith("-Xmx")]  # the launcher reads 4g

@@ -207,15 +207,19 @@ PROFILES: dict[str, HParams] = {
     # buys (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's
     # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. Half the pairs
     # joined two by two: +1.75 there (a quarter: +0.99; three quarters: -0.4), at the same step
-    # time. Why each value: BENCHMARKS.md, "Recipes on the dev set", "Recipes at the AMX
-    # Xeon's step count", "Ablation at equal wall time" and "BLEU against training time".
+    # time. Then in windows of four, two to four of them, up to 128 tokens (the HParams
+    # default), so that the model sees inputs of several sentences and translates them whole:
+    # better on unseen sentences and on their long lines than joining two (up to eight: better
+    # long lines, worse short ones). Why each value: BENCHMARKS.md, "Recipes on the dev set",
+    # "Recipes at the AMX Xeon's step count", "Ablation at equal wall time", "BLEU against
+    # training time" and "Long sentences".
     # Assumes ~8k-subword vocabularies (4k pieces buy 1.39x the steps and translate worse).
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, average_fraction=0.25,
-        batch_tokens=2048, joined_pairs=0.5, train_steps=0, train_minutes=30.0,
-        adapt_recipe=True, checkpoint_every=500, max_source_length=50, max_target_length=50,
-        decode_max_length=100, precision="auto", min_bleu=10.0),
+        batch_tokens=2048, joined_pairs=0.5, max_pairs_joined=4, train_steps=0,
+        train_minutes=30.0, adapt_recipe=True, checkpoint_every=500, precision="auto",
+        min_bleu=10.0),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it. The weights of the last
     # quarter averaged, as the GPU anchor's were (+1.0 BLEU there on unseen sentences).
