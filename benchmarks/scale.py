@@ -175,9 +175,9 @@ def _tree(process: psutil.Process) -> list[psutil.Process]:
 
 def process_kind(member: psutil.Process, root_pid: int) -> str:
     """Whose CPU a process's is: the nmt process ("runner": with the in-memory DirectRunner,
-    all of Beam's work), a JVM ("jvm": Flink's job server and its embedded cluster), or a
-    Python process under the runner ("workers": multi_processing workers, Flink's SDK
-    worker pool and its workers)."""
+    all of Beam's work), a JVM ("jvm": Flink's job server and its embedded cluster), or any
+    other process under the runner ("workers": multi_processing workers, Flink's SDK worker
+    pool and its workers)."""
     if member.pid == root_pid:
         return "runner"
     try:
@@ -191,8 +191,8 @@ class PeakMemory(threading.Thread):
     """Samples a process tree every SAMPLE_S seconds until stopped: the peaks of its summed
     RSS, of the root process alone (with multi_processing, the runner, which holds Beam's
     in-memory shuffle) and of its largest descendant (a Beam worker or the JVM); and each
-    process's CPU time at its last sample, summed by `process_kind` (a process that ends
-    between two samples loses at most SAMPLE_S of it)."""
+    process's CPU time at its last sample, summed by `process_kind`: what a process spends
+    after its last sample, or in a life shorter than SAMPLE_S, is missed."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -214,9 +214,9 @@ class PeakMemory(threading.Thread):
                     times = member.cpu_times()
                 except psutil.Error:  # ended between the listing and the reading
                     continue
-                kind = self._cpu.get(member.pid, (None,))[0] or process_kind(
-                    member, self.process.pid)
-                self._cpu[member.pid] = (kind, times.user + times.system)
+                # Each sample: a child forked by Python is "workers" until it execs java.
+                self._cpu[member.pid] = (process_kind(member, self.process.pid),
+                                         times.user + times.system)
             if sizes:
                 self.peak_bytes = max(self.peak_bytes, sum(sizes))
                 self.peak_root_bytes = max(self.peak_root_bytes, sizes[0])
@@ -252,7 +252,8 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
                *[f"--beam-arg={a}" for a in args]]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, *filter(None, [env.get("PYTHONPATH")])])
-    env.update(extra_env or {})
+    for name, value in (extra_env or {}).items():  # after the machine's own, which it keeps
+        env[name] = f"{env[name]} {value}" if env.get(name) else value
     cpu_before = _children_cpu_s()
     with open(log_path, "w") as log:
         log.write(" ".join(command) + "\n")

@@ -308,9 +308,14 @@ def java_options() -> str:
     return " ".join(f"--add-opens={module}=ALL-UNNAMED" for module in JAVA_OPENS)
 
 
+_HEAP_FLAGS = ("-Xmx", "-XX:MaxHeapSize", "-XX:MaxRAMPercentage", "-XX:MaxRAMFraction")
+
+
 def heap_options() -> list[str]:
-    """-Xmx JOB_SERVER_HEAP, unless the java launcher's JDK_JAVA_OPTIONS sets a heap."""
-    return [] if "-Xmx" in os.environ.get("JDK_JAVA_OPTIONS", "") else [f"-Xmx{JOB_SERVER_HEAP}"]
+    """-Xmx JOB_SERVER_HEAP, unless JDK_JAVA_OPTIONS or JAVA_TOOL_OPTIONS (which the JVM
+    reads) sets the heap: then theirs."""
+    given = " ".join(os.environ.get(name, "") for name in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"))
+    return [] if any(flag in given for flag in _HEAP_FLAGS) else [f"-Xmx{JOB_SERVER_HEAP}"]
 
 
 def job_server_command(jar: str, master: str, job_port: int, artifacts_dir: str,

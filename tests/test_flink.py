@@ -223,6 +223,12 @@ def test_a_heap_set_in_jdk_java_options_wins_over_the_engines(monkeypatch):
     monkeypatch.delenv("JDK_JAVA_OPTIONS", raising=False)
     command = flink.job_server_command("server.jar", "[local]", 8099, "/tmp/a", java="java")
     assert command.index(f"-Xmx{flink.JOB_SERVER_HEAP}") < command.index("-jar")
-    monkeypatch.setenv("JDK_JAVA_OPTIONS", "-XX:+UseSerialGC -Xmx4g")
-    command = flink.job_server_command("server.jar", "[local]", 8099, "/tmp/a", java="java")
-    assert not [arg for arg in command if arg.startswith("-Xmx")]  # the launcher reads 4g
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", flink.java_options())  # the image's: no heap
+    assert f"-Xmx{flink.JOB_SERVER_HEAP}" in flink.job_server_command(
+        "server.jar", "[local]", 8099, "/tmp/a", java="java")
+    for variable, options in (("JDK_JAVA_OPTIONS", "-XX:+UseSerialGC -Xmx4g"),
+                              ("JAVA_TOOL_OPTIONS", "-XX:MaxRAMPercentage=50")):
+        monkeypatch.delenv("JDK_JAVA_OPTIONS", raising=False)
+        monkeypatch.setenv(variable, options)
+        command = flink.job_server_command("server.jar", "[local]", 8099, "/tmp/a", java="java")
+        assert not [arg for arg in command if arg.startswith("-Xmx")]  # the JVM reads theirs

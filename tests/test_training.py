@@ -312,6 +312,11 @@ def test_windows_of_more_pairs_join_two_to_all_of_them_as_far_as_they_fit():
     assert _joined(1.0, [3, 4, 5, 1], window=4) == [
         (alone[0][0] + alone[1][0], alone[0][1] + alone[1][1]), alone[2], alone[3]]
     assert _joined(1.0, [6, 5, 1, 2], window=4) == _joined(0.0, [6, 5, 1, 2])
+    # The targets' limit too: 4 + 4 source tokens fit 8, their 5 + 5 target tokens not 9.
+    assert _joined(1.0, [4, 4, 1], window=4) == _joined(0.0, [4, 4, 1])
+    # In about the asked fraction of the windows.
+    sizes = [len(s) for s, _ in _joined(0.25, lengths, max_length=100, window=4)]
+    assert abs(sum(n > 1 for n in sizes) / (len(lengths) // 4) - 0.25) < 0.05
 
 
 def test_max_pairs_joined_below_two_is_refused():

@@ -209,10 +209,10 @@ PROFILES: dict[str, HParams] = {
     # joined two by two: +1.75 there (a quarter: +0.99; three quarters: -0.4), at the same step
     # time. Then in windows of four, two to four of them, up to 128 tokens (the HParams
     # default), so that the model sees inputs of several sentences and translates them whole:
-    # better on unseen sentences and on their long lines than joining two (up to eight: better
-    # long lines, worse short ones). Why each value: BENCHMARKS.md, "Recipes on the dev set",
-    # "Recipes at the AMX Xeon's step count", "Ablation at equal wall time", "BLEU against
-    # training time" and "Long sentences".
+    # on unseen sentences as good as joining two or better, and long lines whole (up to
+    # eight: better long lines, worse short ones; one training each). Why each value:
+    # BENCHMARKS.md, "Recipes on the dev set", "Recipes at the AMX Xeon's step count",
+    # "Ablation at equal wall time", "BLEU against training time" and "Long sentences".
     # Assumes ~8k-subword vocabularies (4k pieces buy 1.39x the steps and translate worse).
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
