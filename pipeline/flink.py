@@ -363,6 +363,16 @@ def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
     job_port = port(JOB_PORT)
     processes = []
     watchdog = None
+
+    def interrupted(signum, frame) -> None:
+        # Ctrl-C stops the engine first: a KeyboardInterrupt raised where Python swallows it
+        # (a __del__, a library's handler) still fails the job that runs on it.
+        for process in reversed(processes):
+            _stop(process)
+        raise KeyboardInterrupt
+
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous_handler = signal.signal(signal.SIGINT, interrupted) if on_main_thread else None
     try:
         if flink_master:
             worker_pool = CLUSTER_WORKER_POOL
@@ -385,6 +395,8 @@ def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
                           parallelism=parallelism or os.cpu_count() or 1, master=master,
                           log_path=log_path, watchdog=watchdog)
     finally:
+        if on_main_thread:
+            signal.signal(signal.SIGINT, previous_handler)
         if watchdog:
             watchdog.stop()
         for process in reversed(processes):
