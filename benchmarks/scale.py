@@ -89,7 +89,7 @@ from benchmarks import results
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = ("FraTxtExampleGen", "StatisticsGen", "ImportSchemaGen", "StrictExampleValidator",
               "Transform")
-# Flink modes: `--beam-runner flink`, with these Beam flags and environment variables.
+# Flink modes: `--beam-runner flink`, with these environment variables.
 FLINK_MODES: dict[str, dict] = {
     "flink": {},
     # The JVM's heap set through the java launcher's JDK_JAVA_OPTIONS: measured against
@@ -106,8 +106,7 @@ MEASURED = ("time and peak memory of each data-half component per corpus size (x
 def beam_args(mode: str, workers: int) -> list[str]:
     if mode == "multi_processing":
         return ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
-    # nmt's defaults: --direct_running_mode=in_memory --direct_num_workers=1; Flink's own
-    return [*FLINK_MODES.get(mode, {}).get("beam_args", ())]
+    return []  # nmt's defaults: in memory, one worker; Flink's engine sets its own
 
 
 def engine_args(mode: str) -> tuple[str, ...]:

@@ -168,6 +168,11 @@ def training_order(pairs: tf.data.Dataset, hparams: HParams, seed: int | None = 
                          reshuffle_each_iteration=True).repeat()
 
 
+def _leading_within(rows: tf.RaggedTensor, limit: int) -> tf.Tensor:
+    """How many of the first rows, together, have at most `limit` values (int32)."""
+    return tf.reduce_sum(tf.cast(tf.cumsum(rows.row_lengths()) <= limit, tf.int32))
+
+
 def join_pairs(pairs: tf.data.Dataset, hparams: HParams, seed: int) -> tf.data.Dataset:
     """Consecutive pairs in windows of `hparams.max_pairs_joined`; in `hparams.joined_pairs`
     of the windows the first n pairs are joined into one example (n drawn from 2 to
@@ -184,11 +189,8 @@ def join_pairs(pairs: tf.data.Dataset, hparams: HParams, seed: int) -> tf.data.D
     def split_or_join(pairs_: Pair, draw: tf.Tensor) -> tf.data.Dataset:
         sources, targets = pairs_  # [1..window, (length)] ragged
         wanted = 2 + tf.cast(draw // _DRAWS % (window - 1), tf.int32)
-        fit = tf.reduce_sum(tf.cast(
-            (tf.cumsum(tf.cast(sources.row_lengths(), tf.int32)) <= hparams.max_source_length)
-            & (tf.cumsum(tf.cast(targets.row_lengths(), tf.int32))
-               <= hparams.max_target_length), tf.int32))
-        n = tf.minimum(wanted, fit)
+        n = tf.minimum(wanted, tf.minimum(_leading_within(sources, hparams.max_source_length),
+                                          _leading_within(targets, hparams.max_target_length)))
         join = (n >= 2) & (tf.cast(draw % _DRAWS, tf.float32) / _DRAWS < hparams.joined_pairs)
 
         def rows(ragged: tf.RaggedTensor) -> tf.RaggedTensor:
