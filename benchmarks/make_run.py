@@ -12,7 +12,7 @@ Usage, from a fresh pipeline root, alone on the machine:
       --model nmt_runs/serving/nmt-fra-eng/VERSION --split test > test.json
   PYTHONPATH=. .venv/bin/python -m benchmarks.make_run --pipeline-root nmt_runs \
       --time-log time.log --dev-greedy dev_greedy.json --dev-beam dev_beam.json \
-      --test test.json --output make_run_MACHINE.json
+      --test test.json --output make_run_MACHINE.json [--commit COMMIT]
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import os
 import re
 
 from benchmarks import results
-from benchmarks.pipeline_outputs import latest
 
 MEASURED = ("the default `make run` (cpu profile, 30-minute budget, precision auto) from a fresh "
             "pipeline root, alone on the machine: steps, whole-run minutes and peak memory, the "
@@ -31,7 +30,9 @@ MEASURED = ("the default `make run` (cpu profile, 30-minute budget, precision au
 
 def time_log(text: str) -> tuple[float, float]:
     """Minutes and peak memory (GB) from `/usr/bin/time -v`'s report."""
-    clock = re.search(r"Elapsed \(wall clock\) time[^:]*:\s*([\d:.]+)", text).group(1)
+    # GNU time: "Elapsed (wall clock) time (h:mm:ss or m:ss): 33:17.04"
+    clock = re.search(r"Elapsed \(wall clock\) time(?: \([^)]*\))?:\s*([\d:.]+)",
+                      text).group(1)
     seconds = 0.0
     for part in clock.split(":"):  # h:mm:ss or m:ss.ss
         seconds = seconds * 60 + float(part)
@@ -73,9 +74,12 @@ def main() -> None:
     parser.add_argument("--dev-greedy", required=True, help="nmt evaluate --json's output")
     parser.add_argument("--dev-beam", required=True, help="the same with --beam 4")
     parser.add_argument("--test", required=True, help="quality.py's output, --split test")
+    parser.add_argument("--commit", help="the commit `make run` ran (default: this "
+                                         "checkout's HEAD)")
     parser.add_argument("--output", required=True,
                         help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
+    from benchmarks.pipeline_outputs import latest  # imports TensorFlow: not for time_log
     model_run = latest(os.path.join(args.pipeline_root, "Trainer", "model_run", "*"))
     loaded = {}
     for name in ("history", "time_log", "dev_greedy", "dev_beam", "test"):
@@ -85,7 +89,7 @@ def main() -> None:
             loaded[name] = f.read() if name == "time_log" else json.load(f)
     results.write(args.output, MEASURED, figures(
         loaded["history"], loaded["time_log"], loaded["dev_greedy"], loaded["dev_beam"],
-        loaded["test"]))
+        loaded["test"]), at_commit=args.commit)
 
 
 if __name__ == "__main__":

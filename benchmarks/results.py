@@ -77,14 +77,16 @@ def path(name: str) -> str:
     return name if os.sep in name else os.path.join(RESULTS, name)
 
 
-def write(name: str, measured: str, figures: dict, argv: list[str] | None = None) -> dict:
+def write(name: str, measured: str, figures: dict, argv: list[str] | None = None,
+          at_commit: str | None = None) -> dict:
     """Writes `figures` as a result file (see path), atomically, so a killed run leaves the
-    previous file whole. Returns what it wrote."""
+    previous file whole. Returns what it wrote. Its commit is this checkout's, or `at_commit`
+    when what it measured ran at another (a pipeline run started before later commits)."""
     target = path(name)
     record = {"schema": SCHEMA, "measured": measured,
               "command": shlex.join([os.path.relpath(sys.argv[0], REPO) if sys.argv[0] else
                                      "python", *(sys.argv[1:] if argv is None else argv)]),
-              "commit": commit(),
+              "commit": at_commit or commit(),
               "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
               "machine": machine(), "figures": figures}
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)

@@ -16,7 +16,7 @@ from helpers import REPO
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from benchmarks import figures, results, suite_time  # noqa: E402
+from benchmarks import figures, make_run, results, suite_time  # noqa: E402
 
 FIELDS = {"schema", "measured", "command", "commit", "date", "machine", "figures"}
 MACHINE = {"cpu_model", "cpu_features", "cores", "memory_gb", "gpu"}
@@ -104,3 +104,11 @@ def test_suite_time_reads_pytests_last_summary_line():
     log = ("== 3 passed in 1.00s ==\n"
            "==== 476 passed, 2 failed, 5 warnings in 798.00s (0:13:18) ====\n")
     assert suite_time.summary(log) == {"passed": 476, "minutes": 13.3, "failed": 2}
+
+
+def test_make_run_reads_gnu_times_report():
+    report = ("\tElapsed (wall clock) time (h:mm:ss or m:ss): 33:17.04\n"
+              "\tMaximum resident set size (kbytes): 2890684\n")
+    minutes, peak_gb = make_run.time_log(report)
+    assert round(minutes, 2) == 33.28 and round(peak_gb, 2) == 2.76
+    assert make_run.time_log(report.replace("33:17.04", "1:02:03"))[0] == 62.05
