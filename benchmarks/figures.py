@@ -114,6 +114,17 @@ def _component(component: str, mode: str, size: int, key: str,
     return cell
 
 
+def _at_peak(mode: str, size: int, kind: str) -> Callable[[dict], str]:
+    """What one process kind held at the data half's peak (its component of largest
+    peak_rss_mb), from a scale.py result that split the peak by kind."""
+    def cell(record: dict) -> str:
+        rows = _scale_rows(record, mode, size)
+        if not rows:
+            return NOT_MEASURED
+        return f"{max(rows, key=lambda row: row['peak_rss_mb'])[f'at_peak_{kind}_mb']:,.0f}"
+    return cell
+
+
 def _against_first(record: dict) -> str:
     """A model's dev BLEU, and its paired difference from the file's first model."""
     model = record["item"]
@@ -147,6 +158,9 @@ DECODING = "translate_speed_clauses_epyc_bf16.json"  # 4b41846's export, then to
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
            "DirectRunner, 2 workers"), ("flink", "Flink, Java's default JVM heap"))
 ENGINES_16X = (*ENGINES, ("flink_heap_1g", "Flink, 1 GiB JVM heap (today's default)"))
+ENGINES_HEAP = (ENGINES[1], ("flink", "Flink, 1 GiB JVM heap (the default)"),
+                ("flink_heap_512m", "Flink, 512 MiB JVM heap"),
+                ("flink_heap_512m_serial", "Flink, 512 MiB JVM heap, serial collector"))
 
 # The exports of benchmarks/long_sentences.py's results, as decisions against each file's
 # first export, `before`: 4b41846's default model as its Trainer exported it.
@@ -156,6 +170,8 @@ LONG_SENTENCE_FILES = {
                                      "4b41846 (AMD EPYC, bf16)",
     "long_sentences_training_epyc_bf16.json": "4b41846's default, trained the same 4,000 "
                                               "steps, as exported then (AMD EPYC, bf16)",
+    "long_sentences_letters_epyc_bf16.json": "joins_4 as its Trainer exported it (AMD EPYC, "
+                                             "bf16)",
 }
 LONG_SENTENCE_EXPORTS = {
     "long_sentences_epyc_bf16.json": {
@@ -179,6 +195,10 @@ LONG_SENTENCE_EXPORTS = {
                                         "tokens", "kept": "no"},
         "joins_8_pieces_50": {"change": "joins of 2 to 8, served in clause pieces of 50 "
                                         "tokens", "kept": "no"},
+    },
+    "long_sentences_letters_epyc_bf16.json": {
+        "joins_4_letters": {"change": "the loop guard counts letters inside a word "
+                                      "(serving)", "kept": "TBD"},
     },
 }
 
@@ -271,6 +291,23 @@ TABLES = (
               _data_half(mode, 16, "peak_rss_mb", max),
               *(_data_half(mode, 16, f"cpu_{kind}_s") for kind in ("runner", "workers", "jvm")),
               _source)) for mode, label in ENGINES_16X)),
+    Table("engines-heap", ("engine", "data half s", "peak MB", "at the peak, MB: nmt process",
+                           "Python workers", "JVM", "result file"),
+          tuple(Row("scale_engines_16x_heap.json", (
+              label, _data_half(mode, 16, "component_s"),
+              _data_half(mode, 16, "peak_rss_mb", max),
+              *(_at_peak(mode, 16, kind) for kind in ("runner", "workers", "jvm")),
+              _source)) for mode, label in ENGINES_HEAP)),
+    Table("long-lines-cause", ("model", "joined short lines: BLEU whole / in parts",
+                               "chrF whole / in parts",
+                               "short lines as rich in new words as the long: BLEU",
+                               "machine", "commit", "result file"),
+          (Row("long_lines_cause_*.json", (
+              "{item[name]}", "{item[joined_bleu_whole]:.2f} / {item[joined_bleu_in_parts]:.2f}",
+              "{item[joined_chrf_whole]:.2f} / {item[joined_chrf_in_parts]:.2f}",
+              "{item[rich_short_lines_bleu]:.2f}", _machine, "{commit}", _source),
+              items=lambda record: [{"name": name, **model} for name, model
+                                    in record["figures"]["models"].items()]),)),
     Table("joins", ("measure", "4b41846's recipe (`clauses`)", "joins of 2 to 4 (`joins_4`)",
                     "machine", "result file"),
           (Row("test_split_joins_epyc_bf16.json", (

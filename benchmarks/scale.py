@@ -19,6 +19,8 @@ generated first if missing) and each Beam mode:
                     (pipeline/flink.py); the JVM's memory counts in peak_rss_mb. Its JVM
                     heap: flink.JOB_SERVER_HEAP (Java's default in scale_engines*.json)
   flink_heap_1g     the same with JDK_JAVA_OPTIONS=-Xmx1g: a 1 GiB heap whatever the default
+  flink_heap_512m   the same with JDK_JAVA_OPTIONS=-Xmx512m
+  flink_heap_512m_serial  the same with JDK_JAVA_OPTIONS="-Xmx512m -XX:+UseSerialGC"
 
 it runs `python -m cli run --data CORPUS --profile smoke --pipeline-root ROOT
 --to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
@@ -47,6 +49,8 @@ Per component it records:
   cpu_s            user + system CPU seconds of the process and the descendants it waited
                    for (getrusage of children): cpu_s / subprocess_s is the parallelism;
                    it misses processes nobody waited for (Flink's SDK workers)
+  at_peak_runner_mb, at_peak_workers_mb, at_peak_jvm_mb  peak_rss_mb split by process kind
+                   (as the CPU seconds below): what each held at the summed peak
   cpu_runner_s, cpu_workers_s, cpu_jvm_s  user + system CPU seconds of every process of
                    the tree, read at each one's last sample and summed by kind: the nmt
                    process, the Python processes under it (Beam workers), the JVM
@@ -96,6 +100,10 @@ FLINK_MODES: dict[str, dict] = {
     # Java's default heap (a quarter of the machine's memory), the engine's until then;
     # pipeline/flink.py now sets the same heap by default (JOB_SERVER_HEAP).
     "flink_heap_1g": {"env": {"JDK_JAVA_OPTIONS": "-Xmx1g"}},
+    # Half that heap, against the memory bound of two multi_processing workers.
+    "flink_heap_512m": {"env": {"JDK_JAVA_OPTIONS": "-Xmx512m"}},
+    # and with the serial collector, which keeps less memory beside the heap than G1.
+    "flink_heap_512m_serial": {"env": {"JDK_JAVA_OPTIONS": "-Xmx512m -XX:+UseSerialGC"}},
 }
 MODES = ("in_memory", "multi_processing", *FLINK_MODES)
 SAMPLE_S = 0.5
@@ -188,10 +196,11 @@ def process_kind(member: psutil.Process, root_pid: int) -> str:
 
 class PeakMemory(threading.Thread):
     """Samples a process tree every SAMPLE_S seconds until stopped: the peaks of its summed
-    RSS, of the root process alone (with multi_processing, the runner, which holds Beam's
-    in-memory shuffle) and of its largest descendant (a Beam worker or the JVM); and each
-    process's CPU time at its last sample, summed by `process_kind`: what a process spends
-    after its last sample, or in a life shorter than SAMPLE_S, is missed."""
+    RSS (and what each `process_kind` held then), of the root process alone (with
+    multi_processing, the runner, which holds Beam's in-memory shuffle) and of its largest
+    descendant (a Beam worker or the JVM); and each process's CPU time at its last sample,
+    summed by `process_kind`: what a process spends after its last sample, or in a life
+    shorter than SAMPLE_S, is missed."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -200,24 +209,28 @@ class PeakMemory(threading.Thread):
         self.peak_root_bytes = 0
         self.peak_descendant_bytes = 0
         self.peak_processes = 0
+        self.peak_by_kind: dict[str, int] = {}  # the summed RSS's peak, split by process_kind
         self.samples = 0
         self._cpu: dict[int, tuple[str, float]] = {}
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.is_set():
-            sizes = []
+            sizes, by_kind = [], {"runner": 0, "workers": 0, "jvm": 0}
             for member in _tree(self.process):
                 try:
-                    sizes.append(member.memory_info().rss)
+                    rss = member.memory_info().rss
                     times = member.cpu_times()
                 except psutil.Error:  # ended between the listing and the reading
                     continue
                 # Each sample: a child forked by Python is "workers" until it execs java.
-                self._cpu[member.pid] = (process_kind(member, self.process.pid),
-                                         times.user + times.system)
+                kind = process_kind(member, self.process.pid)
+                self._cpu[member.pid] = (kind, times.user + times.system)
+                sizes.append(rss)
+                by_kind[kind] += rss
             if sizes:
-                self.peak_bytes = max(self.peak_bytes, sum(sizes))
+                if sum(sizes) > self.peak_bytes:
+                    self.peak_bytes, self.peak_by_kind = sum(sizes), by_kind
                 self.peak_root_bytes = max(self.peak_root_bytes, sizes[0])
                 self.peak_descendant_bytes = max(self.peak_descendant_bytes, *sizes[1:], 0)
             self.peak_processes = max(self.peak_processes, len(sizes))
@@ -282,6 +295,8 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
               "cpu_s": round(_children_cpu_s() - cpu_before, 2),
               **{f"cpu_{kind}_s": round(seconds, 1)
                  for kind, seconds in sampler.cpu_by_kind().items()},
+              **{f"at_peak_{kind}_mb": round(size / 2**20, 1)
+                 for kind, size in sampler.peak_by_kind.items()},
               "log": log_path}
     if status != "ok":
         with open(log_path, errors="replace") as f:

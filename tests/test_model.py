@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from benchmarks.long_sentences import has_loop
 from trainer_module import decoding, optimization
 from trainer_module.hparams import PROFILES, HParams, get_profile
 from trainer_module.model import (DecoderLayer, EncoderLayer, MultiHeadAttention,
@@ -575,3 +576,83 @@ def test_a_looping_decoder_stops_at_the_guard(decode):
 def test_the_guard_bars_the_token_that_would_say_an_ngram_a_third_time(tokens, step, banned):
     bans = decoding.loop_bans(tf.constant([tokens]), tf.constant(step), 10, 6, 2).numpy()[0]
     assert set(np.flatnonzero(bans)) == banned
+
+
+# Ids 4.. of a small French vocabulary: pieces that continue a word start with "##".
+PIECES = ["[pad]", "[UNK]", "[start]", "[end]", "ta", "##m", "##a", "##é", "##n", "##ist",
+          "##iste", "##is", "elle", "le", "leur", "nous", "##le"]
+SPELLING_IDS = {piece: i for i, piece in enumerate(PIECES)}
+
+
+def _ids(text: str) -> list[int]:
+    return [SPELLING_IDS[piece] for piece in text.split()]
+
+
+def test_piece_spelling_relates_pieces_by_the_letters_they_spell_inside_a_word():
+    spelling = decoding.PieceSpelling.of(PIECES, "##")
+    endings = {PIECES[i]: {PIECES[j] for j in row} for i, row in
+               enumerate(spelling.endings.to_list())}
+    extensions = {PIECES[i]: {PIECES[j] for j in row} for i, row in
+                  enumerate(spelling.extensions.to_list())}
+    assert endings["ta"] == {"ta", "##a"}
+    assert endings["##iste"] == {"##iste"}
+    assert endings["elle"] == {"elle", "##le"}  # only pieces that continue a word
+    assert extensions["##ist"] == {"##ist", "##iste"}
+    assert extensions["##is"] == {"##is", "##ist", "##iste"}
+    assert extensions["le"] == {"le"}  # a word: "le le leur" is French, not a loop
+    assert extensions["[end]"] == {"[end]"}
+
+
+@pytest.mark.parametrize("text, banned", [
+    ("ta ##m ##a ##m ##a", {"##m"}),                 # "tamamam": "am" three times
+    ("##n ##ist ##ist", {"##ist", "##iste"}),       # "nistististe" too
+    ("##n ##is ##is", {"##is", "##ist", "##iste"}),
+    ("ta ##m ##a ##m", set()),                      # "tamam": "am" twice so far
+    ("##n ##ist ##is", set()),
+    ("elle le", set()),                             # a word's tail is no copy of a word
+    ("nous nous", {"nous"}),
+])
+def test_the_guard_with_spelling_counts_letters_that_loop_inside_a_word(text, banned):
+    tokens = _ids(text)
+    spelling = decoding.PieceSpelling.of(PIECES, "##")
+    bans = decoding.loop_bans(tf.constant([tokens + [PAD_ID]]), tf.constant(len(tokens)),
+                              len(PIECES), 6, 2, spelling).numpy()[0]
+    assert {PIECES[i] for i in np.flatnonzero(bans)} == banned
+    # Beam search's [B, K, L] tokens: the same bans per hypothesis.
+    beams = decoding.loop_bans(tf.constant([[tokens + [PAD_ID]] * 3]), tf.constant(len(tokens)),
+                               len(PIECES), 6, 2, spelling).numpy()[0]
+    assert (beams == bans).all()
+
+
+class SpellingLoopModel(LoopingModel):
+    """A stand-in decoder that favours "##ist", then "##iste", with END_ID third: the
+    letters of a word loop ("nistististe...") although no piece comes three times in a row."""
+    VOCAB = len(PIECES)
+
+    def decode_step(self, last_tokens, step, cache):
+        logits = tf.one_hot(tf.fill(tf.shape(last_tokens), SPELLING_IDS["##ist"]), self.VOCAB,
+                            on_value=5.0) + \
+            tf.one_hot(tf.fill(tf.shape(last_tokens), SPELLING_IDS["##iste"]), self.VOCAB,
+                       on_value=4.0) + \
+            tf.one_hot(tf.fill(tf.shape(last_tokens), END_ID), self.VOCAB, on_value=1.0)
+        return logits, cache
+
+
+@pytest.mark.parametrize("decode", [
+    lambda model, ids, spelling: decoding.greedy_decode(model, ids, 12, 6, 2, spelling),
+    lambda model, ids, spelling: decoding.beam_search_decode(model, ids, 12, 3, 1.0, 6, 2,
+                                                             spelling),
+], ids=["greedy", "beam"])
+def test_a_decoder_looping_inside_a_word_stops_at_the_guard_with_spelling(decode):
+    def word(ids: list[int]) -> str:  # the letters the pieces spell, up to END_ID
+        ids = ids[:ids.index(END_ID)] if END_ID in ids else ids
+        return "n" + "".join(PIECES[i].removeprefix("##") for i in ids)
+
+    sources = tf.constant([[7, 8], [9, PAD_ID]], tf.int32)
+    by_tokens = graph_function(lambda ids: decode(SpellingLoopModel(), ids, None)[0])(sources)
+    assert by_tokens.numpy()[:, :6].tolist() == [_ids("##ist ##ist ##iste ##ist ##ist ##iste")] * 2
+    assert all(has_loop(word(row)) for row in by_tokens.numpy().tolist())
+    spelling = decoding.PieceSpelling.of(PIECES, "##")
+    by_letters = graph_function(lambda ids: decode(SpellingLoopModel(), ids, spelling)[0])(
+        sources).numpy().tolist()
+    assert all(END_ID in row and not has_loop(word(row)) for row in by_letters), by_letters

@@ -15,11 +15,14 @@ PAD_ID and START_ID never occur in target outputs, so they are never generated.
 The loop guard (`loop_ngram`, `loop_repeats`; 0 turns it off) never lets a hypothesis say one
 n-gram, n <= loop_ngram, more than loop_repeats times in a row: the token that would repeat it
 once more is barred at that step, so the hypothesis goes on with the model's next choice (often
-END_ID) instead of repeating itself up to the length limit.
+END_ID) instead of repeating itself up to the length limit. Given the pieces' `PieceSpelling`,
+it counts letters looping inside a word too: a copy may begin inside the piece before it and
+end inside the piece after it ("ta ##m ##a ##m ##a ##m" says "am" three times, and so does
+"##n ##ist ##ist ##iste").
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Sequence
 
 import tensorflow as tf
 
@@ -52,24 +55,93 @@ def _write_at(buffer: tf.Tensor, values: tf.Tensor, index: tf.Tensor) -> tf.Tens
     return tf.where(tf.range(tf.shape(buffer)[-1]) == index, values[..., None], buffer)
 
 
+class PieceSpelling(NamedTuple):
+    """Which target pieces spell the same letters inside a word, for the loop guard.
+
+    endings [V, (k)] int32: for each piece, itself and the pieces continuing a word whose
+        letters end its letters ("ta": "##a"; "##inist": "##ist", "##st", "##t").
+    extensions [V, (k)] int32: for a piece continuing a word, itself and the pieces continuing
+        a word whose letters begin with its letters ("##ist": "##iste"); for any other, itself.
+    """
+
+    endings: tf.RaggedTensor
+    extensions: tf.RaggedTensor
+
+    @classmethod
+    def of(cls, pieces: Sequence[bytes | str], joiner: str) -> PieceSpelling:
+        """The tables for a vocabulary (id -> piece), whose pieces continuing a word start with
+        `joiner` (WordPiece's "##")."""
+        texts = [p.decode() if isinstance(p, bytes) else p for p in pieces]
+        continuing: dict[str, list[int]] = {}  # letters -> the pieces continuing a word
+        for i, text in enumerate(texts):
+            if text.startswith(joiner) and len(text) > len(joiner):
+                continuing.setdefault(text[len(joiner):], []).append(i)
+        endings = [{i} for i in range(len(texts))]
+        extensions = [{i} for i in range(len(texts))]
+        for i, text in enumerate(texts):
+            continues = text.startswith(joiner) and len(text) > len(joiner)
+            letters = text[len(joiner):] if continues else text
+            for cut in range(len(letters)):
+                endings[i].update(continuing.get(letters[cut:], ()))
+                if continues:
+                    for unit in continuing.get(letters[:cut + 1], ()):
+                        extensions[unit].add(i)
+        return cls(*(tf.ragged.constant([sorted(row) for row in table], tf.int32,
+                                        row_splits_dtype=tf.int64)
+                     for table in (endings, extensions)))
+
+    def ends_with(self, pieces: tf.Tensor, units: tf.Tensor) -> tf.Tensor:
+        """pieces, units [...] int32 -> [...] bool: each piece is its unit or ends with the
+        letters of its unit, a piece continuing a word."""
+        flat = tf.reshape(pieces, [-1])
+        rows = tf.gather(self.endings, flat)  # [N, (k)]
+        owner = rows.value_rowids()
+        hits = tf.equal(rows.flat_values, tf.gather(tf.reshape(units, [-1]), owner))
+        found = tf.math.unsorted_segment_max(tf.cast(hits, tf.int32), owner, tf.size(flat))
+        return tf.reshape(found > 0, tf.shape(pieces))
+
+    def extended(self, units: tf.Tensor, vocab_size: int) -> tf.Tensor:
+        """units [..., M] int32 (-1: none) -> [..., V] bool: the units and the pieces
+        continuing a word whose letters begin with a unit's."""
+        count = tf.shape(units)[-1]
+        flat = tf.reshape(units, [-1])
+        rows = tf.gather(self.extensions, tf.maximum(flat, 0))  # [N * M, (k)]
+        valid = tf.gather(flat >= 0, rows.value_rowids())
+        indices = tf.boolean_mask(tf.stack(
+            [rows.value_rowids() // tf.cast(count, tf.int64),
+             tf.cast(rows.flat_values, tf.int64)], axis=1), valid)
+        rows_out = tf.size(flat, out_type=tf.int64) // tf.cast(count, tf.int64)
+        marked = tf.scatter_nd(indices, tf.ones(tf.shape(indices)[:1], tf.int32),
+                               tf.stack([rows_out, vocab_size]))
+        return tf.reshape(marked > 0, tf.concat([tf.shape(units)[:-1], [vocab_size]], 0))
+
+
 def loop_bans(tokens: tf.Tensor, step: tf.Tensor, vocab_size: int, loop_ngram: int,
-              loop_repeats: int) -> tf.Tensor:
+              loop_repeats: int, spelling: PieceSpelling | None = None) -> tf.Tensor:
     """tokens [..., L] written before position `step` -> [..., V] bool: the tokens that,
     written at `step`, would end loop_repeats + 1 copies in a row of one n-gram
-    (n <= loop_ngram)."""
-    banned = tf.zeros(tf.concat([tf.shape(tokens)[:-1], [vocab_size]], 0), tf.bool)
+    (n <= loop_ngram); with `spelling`, copies of letters inside a word too."""
+    looped = []  # per n: the token that would end one copy too many, or -1
     for n in range(1, loop_ngram + 1):
         span = n * (loop_repeats + 1)  # the copies' tokens, the next one included
         # Each known token of the span (all but the first n and the next) repeats the one
         # n before it; then the next token would too if it were the one n before it.
         positions = step - 1 - tf.range(span - n - 1)
-        periodic = tf.reduce_all(tf.equal(
-            tf.gather(tokens, tf.maximum(positions, 0), axis=-1),
-            tf.gather(tokens, tf.maximum(positions - n, 0), axis=-1)), axis=-1)
-        repeated = tf.gather(tokens, tf.maximum(step - n, 0), axis=-1)
-        banned |= (periodic & (step + 1 >= span))[..., None] & tf.cast(
-            tf.one_hot(repeated, vocab_size), tf.bool)
-    return banned
+        same = tf.equal(tf.gather(tokens, tf.maximum(positions, 0), axis=-1),
+                        tf.gather(tokens, tf.maximum(positions - n, 0), axis=-1))
+        if spelling is not None and span - n - 1:
+            # The first copy may begin inside the piece before it ("ta ##m ##a ##m ##a").
+            first = tf.gather(tokens, tf.maximum(step + 1 - span, 0), axis=-1)
+            unit = tf.gather(tokens, tf.maximum(step + 1 - span + n, 0), axis=-1)
+            same = tf.concat([same[..., :-1], spelling.ends_with(first, unit)[..., None]], -1)
+        periodic = tf.reduce_all(same, axis=-1) & (step + 1 >= span)
+        looped.append(tf.where(periodic, tf.gather(tokens, tf.maximum(step - n, 0), axis=-1),
+                               -1))
+    looped = tf.stack(looped, axis=-1)  # [..., loop_ngram]
+    if spelling is None:
+        return tf.reduce_any(tf.cast(tf.one_hot(looped, vocab_size), tf.bool), axis=-2)
+    # The last copy may end inside the piece after it ("##ist ##ist ##iste").
+    return spelling.extended(looped, vocab_size)
 
 
 def _per_sentence(max_length: tf.Tensor | int,
@@ -80,8 +152,8 @@ def _per_sentence(max_length: tf.Tensor | int,
 
 
 def _greedy_loop(next_logits: NextLogits, state: Any, limits: tf.Tensor,
-                 loop_length: tf.Tensor, loop_ngram: int = 0,
-                 loop_repeats: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
+                 loop_length: tf.Tensor, loop_ngram: int = 0, loop_repeats: int = 0,
+                 spelling: PieceSpelling | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Argmax decoding, from `next_logits` (tests/test_model.py also gives it an uncached
     one); stops when all finished."""
     batch_size = tf.shape(limits)[0]
@@ -91,7 +163,7 @@ def _greedy_loop(next_logits: NextLogits, state: Any, limits: tf.Tensor,
         log_probs = _next_token_log_probs(logits)
         if loop_ngram and loop_repeats:
             log_probs = tf.where(loop_bans(tokens, step, logits.shape[-1], loop_ngram,
-                                           loop_repeats), _NEG_INF, log_probs)
+                                           loop_repeats, spelling), _NEG_INF, log_probs)
         best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         best_log_probs = tf.gather(log_probs, best, batch_dims=1)
         best = tf.where(finished, PAD_ID, best)
@@ -110,7 +182,8 @@ def _greedy_loop(next_logits: NextLogits, state: Any, limits: tf.Tensor,
 
 
 def greedy_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf.Tensor | int,
-                  loop_ngram: int = 0, loop_repeats: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
+                  loop_ngram: int = 0, loop_repeats: int = 0,
+                  spelling: PieceSpelling | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Greedy decoding with the key/value cache: each step runs the decoder on one position.
 
     Returns token_ids [B, L] int32 and scores [B] float32, the sum of the chosen log-probs.
@@ -119,7 +192,7 @@ def greedy_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf.Tens
     memory, source_mask = model.encode(source_ids)
     cache = model.init_cache(memory, source_mask, loop_length)
     return _greedy_loop(model.decode_step, cache, limits, loop_length, loop_ngram,
-                        loop_repeats)
+                        loop_repeats, spelling)
 
 
 def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
@@ -129,7 +202,8 @@ def _length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
 
 def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf.Tensor | int,
                        beam_width: int, alpha: float, loop_ngram: int = 0,
-                       loop_repeats: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
+                       loop_repeats: int = 0, spelling: PieceSpelling | None = None
+                       ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search with the key/value cache; returns the best hypothesis per sentence.
 
     Each step ranks the 2 * beam_width best extensions by log-probability. An extension ending in
@@ -160,7 +234,7 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
         log_probs = tf.reshape(_next_token_log_probs(logits), [-1, beam_width, vocab_size])
         if loop_ngram and loop_repeats:
             log_probs = tf.where(loop_bans(alive_tokens, step, vocab_size, loop_ngram,
-                                           loop_repeats), _NEG_INF, log_probs)
+                                           loop_repeats, spelling), _NEG_INF, log_probs)
         extended = tf.reshape(alive_log_probs[:, :, None] + log_probs,
                               [-1, beam_width * vocab_size])
         candidate_log_probs, flat_index = tf.math.top_k(extended, k=candidates)  # [B, 2K]

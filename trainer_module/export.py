@@ -33,6 +33,7 @@ from transform_module.preprocessing import (ENGLISH, LENGTH_BUCKET, RESERVED_TOK
                                             SOURCE_IDS, SOURCE_VOCAB, TARGET_IDS,
                                             TARGET_VOCAB, detokenize)
 from transform_module.tokens import END_ID, PAD_ID, START_ID
+from transform_module.wordpiece import WORDPIECE_JOINER
 
 SERVING_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
 EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE = "translate_examples", "transform_features"
@@ -83,7 +84,9 @@ class Translator(tf.Module):
         self.hparams = hparams
         self.tft_layer = tf_transform_output.transform_features_layer()
         self.source_tokens = tf.constant(id_to_token(tf_transform_output, SOURCE_VOCAB))
-        self.target_tokens = tf.constant(id_to_token(tf_transform_output, TARGET_VOCAB))
+        target_tokens = id_to_token(tf_transform_output, TARGET_VOCAB)
+        self.target_tokens = tf.constant(target_tokens)
+        self.spelling = decoding.PieceSpelling.of(target_tokens, WORDPIECE_JOINER)
         self._raw_spec = tf_transform_output.raw_feature_spec()
         self._english_spec = {ENGLISH: self._raw_spec[ENGLISH]}
 
@@ -189,7 +192,8 @@ class Translator(tf.Module):
             token_ids, score = decoding.beam_search_decode(
                 self.model, source_ids, decoding.max_decode_length(source_ids, self.hparams),
                 self.hparams.beam_width, self.hparams.beam_alpha,
-                self.hparams.decode_loop_ngram, self.hparams.decode_loop_repeats)
+                self.hparams.decode_loop_ngram, self.hparams.decode_loop_repeats,
+                self.spelling)
         else:
             token_ids, score = self.greedy_ids(source_ids)
         # An input with no tokens (empty or whitespace) translates to the empty string.
@@ -212,7 +216,7 @@ class Translator(tf.Module):
         return decoding.greedy_decode(self.model, source_ids,
                                       decoding.max_decode_length(source_ids, self.hparams),
                                       self.hparams.decode_loop_ngram,
-                                      self.hparams.decode_loop_repeats)
+                                      self.hparams.decode_loop_repeats, self.spelling)
 
     def parse_english(self, examples: tf.Tensor) -> tf.Tensor:
         return tf.reshape(tf.io.parse_example(examples, self._english_spec)[ENGLISH], [-1])

@@ -115,7 +115,8 @@ class HParams:
     # The loop guard (decoding.py): no n-gram of at most decode_loop_ngram tokens is said
     # more than decode_loop_repeats times in a row; the token that would is barred. 0 turns it
     # off. French says "très très" or "non, non"; three copies are the loops the dev set
-    # showed ("une forte forte forte partie", "veiqueiqueique").
+    # showed ("une forte forte forte partie", "veiqueiqueique"). Inside a word the guard counts
+    # letters: a copy may begin or end inside a piece ("tamamamé", "cinistististe").
     decode_loop_ngram: int = 6
     decode_loop_repeats: int = 2
 
