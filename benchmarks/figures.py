@@ -125,10 +125,17 @@ def _at_peak(mode: str, size: int, kind: str) -> Callable[[dict], str]:
     return cell
 
 
+def _versus_first(record: dict) -> dict | None:
+    """A long_sentences.py model's paired comparison with its file's first model, on the
+    whole dev set (None for the first model)."""
+    return next((v["dev"] for k, v in record["item"].items() if k.startswith("against_")),
+                None)
+
+
 def _against_first(record: dict) -> str:
     """A model's dev BLEU, and its paired difference from the file's first model."""
     model = record["item"]
-    against = next((v["dev"] for k, v in model.items() if k.startswith("against_")), None)
+    against = _versus_first(record)
     if against is None:
         return f"{model['dev_bleu']:.2f}"
     return (f"{model['dev_bleu']:.2f} ({against['difference']:+.2f}, "
@@ -153,7 +160,8 @@ def _figure(label: str, source: str, value: Cell) -> Row:
 
 
 GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
-DECODING = "translate_speed_clauses_epyc_bf16.json"  # 4b41846's export, then today's
+# joins_4 (today's recipe, 4,000 steps) as its Trainer exported it, then with today's code
+DECODING = "translate_speed_letters_epyc_bf16.json"
 # Flink's rows in these files ran with Java's default heap, before flink.JOB_SERVER_HEAP.
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
            "DirectRunner, 2 workers"), ("flink", "Flink, Java's default JVM heap"))
@@ -163,7 +171,7 @@ ENGINES_HEAP = (ENGINES[1], ("flink", "Flink, 1 GiB JVM heap (the default)"),
                 ("flink_heap_512m_serial", "Flink, 512 MiB JVM heap, serial collector"))
 
 # The exports of benchmarks/long_sentences.py's results, as decisions against each file's
-# first export, `before`: 4b41846's default model as its Trainer exported it.
+# first export (named here).
 LONG_SENTENCES_HISTORY = "Long sentences translated whole (issue #56), 2026-11-28"
 LONG_SENTENCE_FILES = {
     "long_sentences_epyc_bf16.json": "the same weights as the Trainer exported them at "
@@ -198,7 +206,8 @@ LONG_SENTENCE_EXPORTS = {
     },
     "long_sentences_letters_epyc_bf16.json": {
         "joins_4_letters": {"change": "the loop guard counts letters inside a word "
-                                      "(serving)", "kept": "TBD"},
+                                      "(serving)",
+                            "kept": "yes: no loop left, the rest unchanged"},
     },
 }
 
@@ -225,11 +234,14 @@ TABLES = (
                 "{figures[difference]:+.2f} ({figures[bootstrap_sd]:.2f})"),
         _figure("dev BLEU below the eval split's: references / lengths / content", "gap.json",
                 "{figures[references]:.1f} / {figures[lengths]:.1f} / {figures[content]:.1f}"),
+        _figure("dev English words that fra.txt lacks: lines over 30 words / the rest",
+                "long_lines_cause_epyc_bf16.json",
+                "{figures[unseen_share_long_mean]:.0%} / {figures[unseen_share_other_mean]:.0%}"),
         _figure("decoding, sentences/s, greedy / beam 4 (best round)", DECODING,
                 lambda r: f"{_speed(r, GREEDY):.0f} / {_speed(r, BEAM):.0f}"),
         _figure("beam 4's time per sentence over greedy's", DECODING,
                 lambda r: f"{_speed(r, BEAM, MS) / _speed(r, GREEDY, MS):.1f}×"),
-        _figure("greedy time per sentence over 4b41846's export (clause splitting, loop guard)",
+        _figure("greedy time per sentence, loop guard by letters over by pieces only",
                 DECODING, lambda r: f"{_speed(r, GREEDY, MS) / _speed(r, GREEDY, MS, 0):.2f}×"),
         _figure("training step, ms, mixed_bfloat16 / float32",
                 "step_time_loss_gradient_amx.json",
@@ -266,8 +278,8 @@ TABLES = (
               "{item[kept]}", _history_link),
               items=lambda r: r["figures"]["decisions"]),
            *(Row(source, (
-               "{item[change]}", "{item[against_before][dev][difference]:+.2f}",
-               "{item[against_before][dev][bootstrap_std]:.2f}", against, "{item[kept]}",
+               "{item[change]}", lambda r: f"{_versus_first(r)['difference']:+.2f}",
+               lambda r: f"{_versus_first(r)['bootstrap_std']:.2f}", against, "{item[kept]}",
                "[" + LONG_SENTENCES_HISTORY + "](docs/benchmarks-history.md#"
                + _anchor(LONG_SENTENCES_HISTORY) + ")"),
                items=lambda r, exports=LONG_SENTENCE_EXPORTS[source]: [
