@@ -114,6 +114,16 @@ def _component(component: str, mode: str, size: int, key: str,
     return cell
 
 
+def _failed(mode: str, size: int) -> Callable[[dict], str]:
+    """The components of a scale.py result that failed in one Beam mode and corpus size
+    ("–": none); the other cells of its row count only those that completed."""
+    def cell(record: dict) -> str:
+        return ", ".join(row["component"] for row in record["figures"]["rows"]
+                         if row["mode"] == mode and row["size"] == size
+                         and row.get("status") != "ok") or "–"
+    return cell
+
+
 def _at_peak(mode: str, size: int, kind: str) -> Callable[[dict], str]:
     """What one process kind held at the data half's peak (its component of largest
     peak_rss_mb), from a scale.py result that split the peak by kind."""
@@ -303,10 +313,13 @@ TABLES = (
               _data_half(mode, 16, "peak_rss_mb", max),
               *(_data_half(mode, 16, f"cpu_{kind}_s") for kind in ("runner", "workers", "jvm")),
               _source)) for mode, label in ENGINES_16X)),
-    Table("engines-heap", ("engine", "data half s", "peak MB", "at the peak, MB: nmt process",
-                           "Python workers", "JVM", "result file"),
+    Table("engines-heap", ("engine", "failed", "data half s", "peak MB",
+                           "at the peak, MB: nmt process", "Python workers", "JVM",
+                           "result file"),
           tuple(Row("scale_engines_16x_heap.json", (
-              label, _data_half(mode, 16, "component_s"),
+              label, _failed(mode, 16),
+              lambda r, mode=mode: ("–" if _failed(mode, 16)(r) != "–"
+                                    else _data_half(mode, 16, "component_s")(r)),
               _data_half(mode, 16, "peak_rss_mb", max),
               *(_at_peak(mode, 16, kind) for kind in ("runner", "workers", "jvm")),
               _source)) for mode, label in ENGINES_HEAP)),
