@@ -102,7 +102,7 @@ FLINK_MODES: dict[str, dict] = {
     "flink_heap_1g": {"env": {"JDK_JAVA_OPTIONS": "-Xmx1g"}},
     # Half that heap, against the memory bound of two multi_processing workers.
     "flink_heap_512m": {"env": {"JDK_JAVA_OPTIONS": "-Xmx512m"}},
-    # and with the serial collector, which keeps less memory beside the heap than G1.
+    # and with the serial collector instead of G1.
     "flink_heap_512m_serial": {"env": {"JDK_JAVA_OPTIONS": "-Xmx512m -XX:+UseSerialGC"}},
 }
 MODES = ("in_memory", "multi_processing", *FLINK_MODES)
