@@ -142,6 +142,20 @@ def _versus_first(record: dict) -> dict | None:
                 None)
 
 
+PEAK_COLUMNS = ("engine", "failed", "data half s", "peak MB", "at the peak, MB: nmt process",
+                "Python workers", "JVM", "result file")
+
+
+def _peak_row(source: str, mode: str, label: str) -> Row:
+    """A Beam mode's data half at 16x from a scale.py result that split the peak by process
+    kind: what failed, the seconds (only if nothing did), the peak and who held it."""
+    return Row(source, (
+        label, _failed(mode, 16),
+        lambda r: "–" if _failed(mode, 16)(r) != "–" else _data_half(mode, 16, "component_s")(r),
+        _data_half(mode, 16, "peak_rss_mb", max),
+        *(_at_peak(mode, 16, kind) for kind in ("runner", "workers", "jvm")), _source))
+
+
 def _against_first(record: dict) -> str:
     """A model's dev BLEU, and its paired difference from the file's first model."""
     model = record["item"]
@@ -313,16 +327,13 @@ TABLES = (
               _data_half(mode, 16, "peak_rss_mb", max),
               *(_data_half(mode, 16, f"cpu_{kind}_s") for kind in ("runner", "workers", "jvm")),
               _source)) for mode, label in ENGINES_16X)),
-    Table("engines-heap", ("engine", "failed", "data half s", "peak MB",
-                           "at the peak, MB: nmt process", "Python workers", "JVM",
-                           "result file"),
-          tuple(Row("scale_engines_16x_heap.json", (
-              label, _failed(mode, 16),
-              lambda r, mode=mode: ("–" if _failed(mode, 16)(r) != "–"
-                                    else _data_half(mode, 16, "component_s")(r)),
-              _data_half(mode, 16, "peak_rss_mb", max),
-              *(_at_peak(mode, 16, kind) for kind in ("runner", "workers", "jvm")),
-              _source)) for mode, label in ENGINES_HEAP)),
+    Table("engines-heap", PEAK_COLUMNS,
+          tuple(_peak_row("scale_engines_16x_heap.json", mode, label)
+                for mode, label in ENGINES_HEAP)),
+    Table("engines-sdk-worker", PEAK_COLUMNS,
+          tuple(_peak_row("scale_engines_16x_one_worker.json", mode, label)
+                for mode, label in (ENGINES[1], ("flink_one_sdk_worker",
+                                                 "Flink, one SDK worker for both slots")))),
     Table("long-lines-cause", ("model", "joined short lines: BLEU whole / in parts",
                                "chrF whole / in parts",
                                "short lines as rich in new words as the long: BLEU",

@@ -58,21 +58,26 @@ def parts_of(sentences: list[str]) -> list[str]:
 
 
 def join(sentences: list[str], separator: str) -> str:
+    """The sentences as one, their parts joined by `separator`."""
     return separator.join(parts_of(sentences))
 
 
 def unseen_share(line: str, known: set[str]) -> float:
+    """The share of a line's lower-cased words that are not in `known`."""
     words = _WORD.findall(line.lower())
     return sum(w not in known for w in words) / max(len(words), 1)
 
 
 def english_words(fra_txt: str) -> set[str]:
+    """The lower-cased words of fra.txt's English column."""
     with open(fra_txt, encoding="utf-8") as f:
         return {w for line in f for w in _WORD.findall(line.split("\t", 1)[0].lower())}
 
 
 def measure(model: str, runs: list[tuple[list[str], list[str]]], sources: list[str],
             references: list[str], rich: list[int]) -> dict:
+    """One model's BLEU and chrF on the joined lines, whole and in parts, and its BLEU on the
+    `rich` dev lines."""
     wholes = translate_lib.translate([join(e, "; ") for e, _ in runs], model, None)
     translations = iter(translate_lib.translate(
         [part for e, _ in runs for part in parts_of(e)], model, None))

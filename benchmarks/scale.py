@@ -21,6 +21,7 @@ generated first if missing) and each Beam mode:
   flink_heap_1g     the same with JDK_JAVA_OPTIONS=-Xmx1g: a 1 GiB heap whatever the default
   flink_heap_512m   the same with JDK_JAVA_OPTIONS=-Xmx512m
   flink_heap_512m_serial  the same with JDK_JAVA_OPTIONS="-Xmx512m -XX:+UseSerialGC"
+  flink_one_sdk_worker  flink with --sdk_worker_parallelism=1: one SDK worker for both slots
 
 it runs `python -m cli run --data CORPUS --profile smoke --pipeline-root ROOT
 --to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
@@ -104,6 +105,9 @@ FLINK_MODES: dict[str, dict] = {
     "flink_heap_512m": {"env": {"JDK_JAVA_OPTIONS": "-Xmx512m"}},
     # and with the serial collector instead of G1.
     "flink_heap_512m_serial": {"env": {"JDK_JAVA_OPTIONS": "-Xmx512m -XX:+UseSerialGC"}},
+    # One SDK worker process for both slots (its bundles run in threads): against the memory
+    # bound, Flink's Python side being the most of its peak.
+    "flink_one_sdk_worker": {"beam_args": ["--sdk_worker_parallelism=1"]},
 }
 MODES = ("in_memory", "multi_processing", *FLINK_MODES)
 SAMPLE_S = 0.5
@@ -114,7 +118,9 @@ MEASURED = ("time and peak memory of each data-half component per corpus size (x
 def beam_args(mode: str, workers: int) -> list[str]:
     if mode == "multi_processing":
         return ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
-    return []  # nmt's defaults: in memory, one worker; Flink's engine sets its own
+    # nmt's defaults: in memory, one worker; Flink's engine sets its own, and a mode's come
+    # after them (the last of a flag wins)
+    return list(FLINK_MODES.get(mode, {}).get("beam_args", []))
 
 
 def engine_args(mode: str) -> tuple[str, ...]:

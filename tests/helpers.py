@@ -110,15 +110,23 @@ def run_nmt_with_file_size_limit(limit_bytes: int, *args: str) -> subprocess.Com
     return run_nmt(*args, preexec_fn=limit)
 
 
+# Runs a command and prints its peak resident memory in bytes and its exit code. Linux starts
+# an exec'd process's peak at that of the memory it was spawned from, and subprocess spawns
+# with vfork: measured straight from pytest, nmt's peak would include the pytest worker's
+# (gigabytes after the TensorFlow tests). Spawned from this small launcher, it is its own.
+_PEAK_OF_CHILD = ("import os, subprocess, sys\n"
+                  "child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+                  "_, status, usage = os.wait4(child.pid, 0)\n"
+                  "print(usage.ru_maxrss * 1024, os.waitstatus_to_exitcode(status))\n")
+
+
 def run_nmt_peak_memory(*args: str) -> tuple[subprocess.CompletedProcess, int]:
     """`nmt ARGS` and the peak resident memory of its process, in bytes."""
-    proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO,
-                            stderr=subprocess.PIPE, text=True)
-    stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), \
-        usage.ru_maxrss * 1024
+    command = [sys.executable, "-m", "cli", *args]
+    launched = subprocess.run([sys.executable, "-c", _PEAK_OF_CHILD, *command], cwd=REPO,
+                              capture_output=True, text=True)
+    peak, returncode = map(int, launched.stdout.split())
+    return subprocess.CompletedProcess(command, returncode, "", launched.stderr), peak
 
 
 def smoke_args(data: str, root: str, train_steps: int) -> list[str]:

@@ -25,7 +25,7 @@ from components import atomic_pusher, serving_versions
 from components.fra_example_gen.executor import read_split
 from helpers import (REPO, FakeObjectStore, cached_components, checkpoint_steps, last_line,
                      latest_artifact, live_artifacts, make_model_dir, open_store, run_nmt,
-                     serving_dir, versions)
+                     run_nmt_peak_memory, serving_dir, versions)
 
 TO_STATISTICS = ("--to", "StatisticsGen")
 
@@ -408,3 +408,16 @@ def test_object_store_skips_an_unfinished_version(tmp_path, bucket):
     version, _ = atomic_pusher.publish(make_model_dir(tmp_path / "model"), base)
     assert version == 5000000001
     assert serving_versions.pushed_versions(base) == [version]
+
+
+def test_the_peak_memory_helper_measures_nmt_alone_not_the_process_that_starts_it():
+    """The 2 GB line's bound holds only if the measured peak is nmt's own: a test process
+    holding a gigabyte must not raise it (Linux carries a spawner's peak into a vforked
+    child's)."""
+    ballast = bytearray(1 << 30)
+    for page in range(0, len(ballast), 4096):  # resident, not just reserved
+        ballast[page] = 1
+    result, peak = run_nmt_peak_memory("--help")
+    assert result.returncode == 0 and sum(ballast[::4096]) == len(ballast) // 4096
+    assert peak < (1 << 30)
+
