@@ -135,6 +135,11 @@ def _at_peak(mode: str, size: int, kind: str) -> Callable[[dict], str]:
     return cell
 
 
+def _named_models(record: dict) -> list[dict]:
+    """A result's models, each with its name, one table row each."""
+    return [{"name": name, **model} for name, model in record["figures"]["models"].items()]
+
+
 def _versus_first(record: dict) -> dict | None:
     """A long_sentences.py model's paired comparison with its file's first model, on the
     whole dev set (None for the first model)."""
@@ -342,8 +347,7 @@ TABLES = (
               "{item[name]}", "{item[joined_bleu_whole]:.2f} / {item[joined_bleu_in_parts]:.2f}",
               "{item[joined_chrf_whole]:.2f} / {item[joined_chrf_in_parts]:.2f}",
               "{item[rich_short_lines_bleu]:.2f}", _machine, "{commit}", _source),
-              items=lambda record: [{"name": name, **model} for name, model
-                                    in record["figures"]["models"].items()]),)),
+              items=_named_models),)),
     Table("joins", ("measure", "4b41846's recipe (`clauses`)", "joins of 2 to 4 (`joins_4`)",
                     "machine", "result file"),
           (Row("test_split_joins_epyc_bf16.json", (
@@ -367,8 +371,7 @@ TABLES = (
               "{item[name]}", "{item[bleu_over_30_words]:.2f}", "{item[chrf_over_30_words]:.2f}",
               "{item[length_ratio_median]:.2f} / {item[length_ratio_min]:.2f}", "{item[loops]}",
               "{item[warned_lines]}", _against_first, _machine, "{commit}", _source),
-              items=lambda record: [{"name": name, **model} for name, model
-                                    in record["figures"]["models"].items()]),)),
+              items=_named_models),)),
 )
 
 
