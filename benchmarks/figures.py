@@ -209,6 +209,7 @@ LONG_SENTENCE_FILES = {
                                               "steps, as exported then (AMD EPYC, bf16)",
     "long_sentences_letters_epyc_bf16.json": "joins_4 as its Trainer exported it (AMD EPYC, "
                                              "bf16)",
+    "long_sentences_beam_epyc_bf16.json": "default_letters, greedy (AMD EPYC, bf16)",
 }
 LONG_SENTENCE_EXPORTS = {
     "long_sentences_epyc_bf16.json": {
@@ -237,6 +238,11 @@ LONG_SENTENCE_EXPORTS = {
         "joins_4_letters": {"change": "the loop guard counts letters inside a word "
                                       "(serving)",
                             "kept": "yes: no loop left, the rest unchanged"},
+    },
+    "long_sentences_beam_epyc_bf16.json": {
+        "default_letters_beam_4": {"change": "beam search of 4 (`--beam 4`)",
+                                   "kept": "as an option: greedy stays the default (several "
+                                           "times faster)"},
     },
 }
 
@@ -335,6 +341,19 @@ TABLES = (
     Table("engines-heap", PEAK_COLUMNS,
           tuple(_peak_row("scale_engines_16x_heap.json", mode, label)
                 for mode, label in ENGINES_HEAP)),
+    Table("engines-one-run", ("engine", "data half s", "speed vs in memory", "peak MB",
+                              *PEAK_COLUMNS[4:]),
+          tuple(Row("scale_engines_16x_one_run.json", (
+              label, _data_half(mode, 16, "component_s"), _speedup(16, "component_s", mode),
+              _data_half(mode, 16, "peak_rss_mb", max),
+              *(_at_peak(mode, 16, kind) for kind in ("runner", "workers", "jvm")), _source))
+              for mode, label in (*ENGINES[:2], ("flink", "Flink (the default engine)")))),
+    Table("engines-release", PEAK_COLUMNS,
+          tuple(_peak_row("scale_engines_16x_release.json", mode, label)
+                for mode, label in (("flink_hour_cache", "Flink, a job's workers kept an hour, "
+                                                         "glibc's arenas (before)"),
+                                    ("flink", "Flink, workers stopped 10 s after their job, "
+                                              "2 arenas (the default)")))),
     Table("engines-sdk-worker", PEAK_COLUMNS,
           tuple(_peak_row("scale_engines_16x_one_worker.json", mode, label)
                 for mode, label in (ENGINES[1], ("flink_one_sdk_worker",

@@ -7,11 +7,12 @@
         --model after=/tmp/reexported [--output long_sentences_epyc_bf16.json]
 
 For each model (NAME=SAVED_MODEL; `reexport.py` exports trained weights with this checkout's
-code and settings), greedy as `nmt translate` decodes: sacreBLEU BLEU and chrF (one reference)
-of the whole dev set and of its lines of more than LONG_WORDS English words; there, each
-output's length in words over its reference's (median and minimum); the lines that `nmt
-translate` warns about (a piece cut at the model's length, or a clause cut between words);
-and the outputs of the whole dev set with a loop (`has_loop`). Each model after the first is
+code and settings; one SavedModel may come twice under two names), decoded as `nmt translate`
+does (greedy, or beam search for a name given `--beam NAME=WIDTH`): sacreBLEU BLEU and chrF
+(one reference) of the whole dev set and of its lines of more than LONG_WORDS English words;
+there, each output's length in words over its reference's (median and minimum); the lines
+that `nmt translate` warns about (a piece cut at the model's length, or a clause cut between
+words); and the outputs of the whole dev set with a loop (`has_loop`). Each model after the first is
 also compared with the first by a paired bootstrap, on the whole set and on the long lines.
 Models run in alternating order over two rounds; the second round's times are kept.
 """
@@ -56,12 +57,13 @@ class WarnedLines(logging.Handler):
             self.lines += int(found.group(1) or 1)
 
 
-def measure(model: str, sources: list[str], references: list[str]) -> dict:
+def measure(model: str, sources: list[str], references: list[str],
+            beam: int | None = None) -> dict:
     warned = WarnedLines()
     logging.getLogger(translate_lib.__name__).addHandler(warned)
     started = time.monotonic()
     try:
-        hypotheses = translate_lib.translate(sources, model, None)
+        hypotheses = translate_lib.translate(sources, model, beam)
     finally:
         logging.getLogger(translate_lib.__name__).removeHandler(warned)
     seconds = time.monotonic() - started
@@ -88,15 +90,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reference", required=True, help="its French, a line each")
     parser.add_argument("--model", action="append", required=True, metavar="NAME=DIR",
                         help="a SavedModel, the first the baseline (repeatable)")
+    parser.add_argument("--beam", action="append", default=[], metavar="NAME=WIDTH",
+                        help="decode the model named NAME with beam search of WIDTH, as "
+                             "`nmt translate --beam WIDTH` does (default: greedy)")
     parser.add_argument("--output", help="also write a result file (a bare name: in "
                                          "benchmarks/results/)")
     args = parser.parse_args(argv)
     sources, references = read_lines(args.source), read_lines(args.reference)
     models = dict(m.split("=", 1) for m in args.model)
+    beams = {name: int(width) for name, width in (b.split("=", 1) for b in args.beam)}
+    if set(beams) - set(models):
+        parser.error(f"--beam names no --model: {sorted(set(beams) - set(models))}")
     measured: dict[str, dict] = {}
     for order in (list(models), list(reversed(models))):  # two rounds, alternating
         for name in order:
-            measured[name] = measure(models[name], sources, references)
+            measured[name] = measure(models[name], sources, references, beams.get(name))
     long_lines = [i for i, s in enumerate(sources) if len(s.split()) > LONG_WORDS]
     baseline = next(iter(models))
     stats = {name: bleu_statistics(m.pop("_hypotheses"), [[r] for r in references])
@@ -106,10 +114,12 @@ def main(argv: list[str] | None = None) -> None:
             "dev": paired_bootstrap(stats[baseline], stats[name]),
             "over_30_words": paired_bootstrap(stats[baseline][long_lines],
                                               stats[name][long_lines])}
-    figures = {"models": {name: {"path": models[name], **m} for name, m in measured.items()},
+    figures = {"models": {name: {"path": models[name], "beam": beams.get(name), **m}
+                          for name, m in measured.items()},
                "source": args.source, "long_words": LONG_WORDS}
-    results.emit(args.output, "Greedy translations of the dev set by exports of one trained "
-                 "model: whole-set and long-line BLEU/chrF, length ratios, loops, warnings",
+    results.emit(args.output, "Translations of the dev set (greedy unless a model's beam says) "
+                 "by exports of one trained model: whole-set and long-line BLEU/chrF, length "
+                 "ratios, loops, warnings",
                  figures)
 
 

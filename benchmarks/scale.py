@@ -4,7 +4,7 @@ each component, per corpus size and Beam mode.
 Usage:
   PYTHONPATH=. .venv/bin/python benchmarks/scale.py --sizes 1,4,16 \
       --modes multi_processing,in_memory --data-root /work/scale_data \
-      --out scale.json [--components ...] [--lines N] [--gzip]
+      --out scale.json [--components ...] [--lines N] [--gzip] [--one-run]
 
 For each size K (a K x fra.txt corpus from benchmarks/make_corpus.py, DATA_ROOT/fra_xK,
 generated first if missing) and each Beam mode:
@@ -22,6 +22,8 @@ generated first if missing) and each Beam mode:
   flink_heap_512m   the same with JDK_JAVA_OPTIONS=-Xmx512m
   flink_heap_512m_serial  the same with JDK_JAVA_OPTIONS="-Xmx512m -XX:+UseSerialGC"
   flink_one_sdk_worker  flink with --sdk_worker_parallelism=1: one SDK worker for both slots
+  flink_hour_cache  flink as it was before 2026-11-28: a job's SDK workers kept an hour after
+                    it (--environment_cache_millis=3600000), glibc's default malloc arenas
 
 it runs `python -m cli run --data CORPUS --profile smoke --pipeline-root ROOT
 --to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
@@ -29,6 +31,12 @@ ImportSchemaGen, StrictExampleValidator, Transform), each in its own process, on
 pipeline root (RUNS_ROOT/xK_MODE, deleted first): each invocation reuses the cached outputs
 of the ones before it, so it executes C alone. A component left out of --components is
 executed by the next invocation that needs it, inside that invocation's time and memory.
+
+With --one-run, the data half is one `nmt run --to` its last component instead, as a user
+runs it: one Flink engine serves all its jobs, where a process per component starts an engine
+per component and hides what a finished job leaves running (its SDK workers). The one row
+(component "data half") has the run's peak and the sum of its components' seconds from ML
+Metadata as component_s (each component's in components_in_run).
 
 Per component it records:
   component_s      the component's execution time, from the pipeline root's ML Metadata
@@ -108,8 +116,13 @@ FLINK_MODES: dict[str, dict] = {
     # One SDK worker process for both slots (its bundles run in threads): against the memory
     # bound, Flink's Python side being the most of its peak.
     "flink_one_sdk_worker": {"beam_args": ["--sdk_worker_parallelism=1"]},
+    # The engine as it was before its workers stopped with their job: a job's SDK workers
+    # kept an hour after it, and glibc's default malloc arenas (8 per core).
+    "flink_hour_cache": {"beam_args": ["--environment_cache_millis=3600000"],
+                         "env": {"MALLOC_ARENA_MAX": str(8 * (os.cpu_count() or 1))}},
 }
 MODES = ("in_memory", "multi_processing", *FLINK_MODES)
+DATA_HALF = "data half"  # the component of a --one-run row
 SAMPLE_S = 0.5
 MEASURED = ("time and peak memory of each data-half component per corpus size (x fra.txt) "
             "and Beam mode")
@@ -463,6 +476,10 @@ def main(argv: list[str] | None = None) -> None:
                              "sentencepiece (repeatable)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start --out afresh instead of adding to its rows")
+    parser.add_argument("--one-run", action="store_true",
+                        help=f"the data half as one `nmt run --to` its last component, as a "
+                             f"user runs it (one Flink engine for all its jobs): one row, "
+                             f"component {DATA_HALF!r}")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = args.modes.split(",")
@@ -476,7 +493,8 @@ def main(argv: list[str] | None = None) -> None:
 
     results = Results(args.out, {"machine": machine_info(), "argv": sys.argv[1:],
                                  "nice": os.nice(0)}, args.overwrite)
-    steps = [(k, m, c) for k in sizes for m in modes for c in components]
+    parts = [DATA_HALF] if args.one_run else components
+    steps = [(k, m, c) for k in sizes for m in modes for c in parts]
     done: dict[tuple[int, str, str], float] = {}
     started = time.monotonic()
     number = 0
@@ -494,8 +512,9 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(root, ignore_errors=True)
             examples: dict = {}
             failed = None
-            for component in components:
+            for component in parts:
                 number += 1
+                target = components[-1] if component == DATA_HALF else component
                 row = {**corpus_facts, "mode": mode, "beam_args": beam_args(mode, args.workers),
                        "env": mode_env(mode),
                        "component": component, "pipeline_root": root,
@@ -506,21 +525,25 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"[{number}/{len(steps)}] {label} {mode} {component}: skipped "
                           f"({failed} failed)", file=sys.stderr, flush=True)
                     continue
-                log_path = os.path.join(runs_root, "logs",
-                                        f"{os.path.basename(corpus)}_{mode}_{component}.log")
-                run = run_component(corpus, root, component, beam_args(mode, args.workers),
+                log_name = f"{os.path.basename(corpus)}_{mode}_{component}.log"
+                log_path = os.path.join(runs_root, "logs", log_name.replace(" ", "_"))
+                run = run_component(corpus, root, target, beam_args(mode, args.workers),
                                     log_path, args.timeout,
                                     (*engine_args(mode), *args.run_arg), mode_env(mode))
                 row.update(run)
                 if run["status"] == "ok":
-                    row.update(component_time(corpus, root, component, run["subprocess_s"]))
+                    row.update(component_time(corpus, root, target, run["subprocess_s"]))
+                    if component == DATA_HALF:  # every component of the run, summed
+                        row["component_s"] = round(sum(
+                            seconds for _, seconds in row.get("components_in_run", {}).values()),
+                            2) if row["time_source"] == "mlmd" else run["subprocess_s"]
                     if component == "FraTxtExampleGen" or not examples:
                         try:
                             examples = examples_facts(root)
                         except Exception as err:  # noqa: BLE001 - a count, not the timing
                             examples = {"examples_error": str(err)[:300]}
                     row.update(examples)
-                    if component == "Transform":
+                    if target == "Transform":
                         row.update(transform_files(root))
                         row.update(vocabulary_learning(log_path))
                     done[(size, mode, component)] = run["subprocess_s"]

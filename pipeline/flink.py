@@ -51,7 +51,11 @@ JOB_PORT = 8099  # Beam's job servers' default
 # the machine's memory, which Flink's heap then grows into; batch jobs sort and spill in
 # Flink's own managed memory, outside it (BENCHMARKS.md, "Beam engines").
 JOB_SERVER_HEAP = "1g"
-_ENVIRONMENT_CACHE_MS = 3_600_000
+# How long a job's SDK workers outlive their last task. Beam stops a job's workers only this
+# long after its last task closed, even once the job has finished: an hour kept every earlier
+# component's workers, each holding its data, until the run's end. Ten seconds keeps them
+# from one stage of a job to the next and stops them before the next component's job starts.
+_ENVIRONMENT_CACHE_MS = 10_000
 _START_SECONDS = 90  # the JVM's start with Flink's classes, on a slow machine
 _REACH_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
@@ -250,7 +254,7 @@ class FlinkEngine:
         return ("--runner=PortableRunner", f"--job_endpoint={self.job_endpoint}",
                 "--environment_type=EXTERNAL", f"--environment_config={self.worker_pool}",
                 *sized,
-                # and kept for the whole job: Flink runs a batch job stage after stage, and
+                # and kept from stage to stage: Flink runs a batch job stage after stage, and
                 # without a cache each stage starts new workers, each importing TensorFlow
                 f"--environment_cache_millis={_ENVIRONMENT_CACHE_MS}")
 
@@ -318,6 +322,21 @@ def heap_options() -> list[str]:
     return [] if any(flag in given for flag in _HEAP_FLAGS) else [f"-Xmx{JOB_SERVER_HEAP}"]
 
 
+# glibc's malloc arenas per process, unless the environment sets them: by default a process
+# gets up to 8 per core, and the JVM's and TensorFlow's many threads each keep freed memory in
+# their own. Two arenas lowered the engine's peak at the same speed (BENCHMARKS.md, "Beam
+# engines").
+MALLOC_ARENAS = "2"
+
+
+def engine_env() -> dict[str, str]:
+    """The environment of the job server and the worker pool (and so of the SDK workers):
+    nmt's, with this venv's `bin` first on PATH, as the pool starts workers as `python` (they
+    import what nmt does), and MALLOC_ARENAS unless MALLOC_ARENA_MAX is set."""
+    return {**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS),
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+
+
 def job_server_command(jar: str, master: str, job_port: int, artifacts_dir: str,
                        java: str | None = None) -> list[str]:
     return [java or java_command(), *java_options().split(), *heap_options(),
@@ -378,15 +397,12 @@ def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
             worker_pool = CLUSTER_WORKER_POOL
         else:
             pool_port = port(WORKER_POOL_PORT)
-            # The pool starts workers as `python`: this venv's, so they import what nmt does.
-            env = {**os.environ,
-                   "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-            processes.append(_start(worker_pool_command(pool_port), log_path, env))
+            processes.append(_start(worker_pool_command(pool_port), log_path, engine_env()))
             worker_pool = f"localhost:{pool_port}"
             _wait_for_port(processes[-1], pool_port, "Beam SDK worker pool", log_path)
         processes.append(_start(job_server_command(jar, master, job_port,
                                                    os.path.join(work_dir, "artifacts")),
-                                log_path))
+                                log_path, engine_env()))
         _wait_for_port(processes[-1], job_port, "Flink job server", log_path)
         job_endpoint = f"localhost:{job_port}"
         if not flink_master:

@@ -119,13 +119,14 @@ def _write_worker_timeline(terminalreporter) -> None:
 
 # The longest units (by make test's worker timeline), started first: xdist orders units by
 # their number of tests, which would leave the longest one running alone at the end.
-LONGEST_FIRST = ("tests/test_distributed.py", "the smoke root", "tests/test_kubeflow_launcher.py",
-                 "tests/test_faults.py")
+LONGEST_FIRST = ("the smoke root", "tests/test_faults.py", "tests/test_distributed.py",
+                 "tests/test_flink.py", "tests/test_kubeflow_launcher.py")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
     """xdist's per-module scheduling, with the smoke root's modules as one unit, the longest
-    units first (the two workers start with two units each: the 1st and 3rd, the 2nd and 4th)."""
+    units first: a worker takes the next unit as its own run out, so the longest-first order
+    leaves only short units for the end."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtureScheduling(LoadScopeScheduling):

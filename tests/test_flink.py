@@ -3,6 +3,7 @@ with an embedded Flink cluster, real SDK worker processes, against the DirectRun
 on the same sample; and the engine's faults: no cluster, no Java, a worker killed mid-run."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import os
@@ -10,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -93,6 +95,34 @@ class FlinkRun:
     killed_worker: int
     killed_status: int
     rerun: subprocess.CompletedProcess  # the same command again, through AtomicPusher
+    most_workers: int  # the most SDK workers alive at once during the re-run
+    worker_environments: list[dict[str, str]]  # of the SDK workers it saw
+
+
+def _environment(pid: int) -> dict[str, str]:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(item.decode(errors="replace").partition("=")[::2]
+                    for item in f.read().split(b"\0") if item)
+    return {}
+
+
+def _run_watching_workers(args: list[str]) -> tuple[subprocess.CompletedProcess, int, list]:
+    """`nmt ARGS`, the most SDK worker processes alive at once while it ran, and the
+    environments of those it saw."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO, stdout=out,
+                                stderr=err, text=True)
+        most, environments = 0, {}
+        while proc.poll() is None:
+            workers = _sdk_workers()
+            most = max(most, len(workers))
+            environments.update((pid, _environment(pid)) for pid in workers
+                                if pid not in environments)
+            time.sleep(0.5)
+        out.seek(0)
+        err.seek(0)
+        return (subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()),
+                most, [e for e in environments.values() if e])
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +149,9 @@ def flink_run(fra_sample, tmp_path_factory) -> FlinkRun:
     log += proc.stderr.readlines()
     status = proc.wait()
     assert _engine_processes(root) == []
-    rerun = run_nmt(*args)
+    rerun, most_workers, environments = _run_watching_workers(args)
     assert rerun.returncode == 0, rerun.stderr[-5000:]
-    return FlinkRun(root, "".join(log), victims[0], status, rerun)
+    return FlinkRun(root, "".join(log), victims[0], status, rerun, most_workers, environments)
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +190,24 @@ def test_the_model_is_evaluated_and_pushed_and_the_summary_lists_the_flink_jobs(
 
 def test_no_engine_process_outlives_the_run(flink_run):
     assert _engine_processes(flink_run.root) == []
+
+
+def test_a_finished_jobs_sdk_workers_stop_before_later_jobs_pile_up(flink_run):
+    # The re-run runs three Beam jobs (StatisticsGen, Transform, the Evaluator) on one engine,
+    # one SDK worker per slot each. Kept until the run's end, their workers would add up;
+    # a job's workers may only overlap the next job's start.
+    slots = os.cpu_count() or 1
+    assert 0 < flink_run.most_workers <= 2 * slots
+
+
+def test_the_sdk_workers_run_with_the_engines_malloc_arenas(flink_run, monkeypatch):
+    assert flink_run.worker_environments
+    for environment in flink_run.worker_environments:
+        assert environment["MALLOC_ARENA_MAX"] == os.environ.get("MALLOC_ARENA_MAX",
+                                                                 flink.MALLOC_ARENAS)
+        assert environment["PATH"].startswith(os.path.dirname(sys.executable))
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # a user's own setting is kept
+    assert flink.engine_env()["MALLOC_ARENA_MAX"] == "8"
 
 
 def test_unreachable_flink_master_fails_at_once_and_writes_nothing(fra_sample, tmp_path):
