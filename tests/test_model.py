@@ -578,6 +578,17 @@ def test_the_guard_bars_the_token_that_would_say_an_ngram_a_third_time(tokens, s
     assert set(np.flatnonzero(bans)) == banned
 
 
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_profiles_guard_bars_a_third_copy_of_eight_pieces(profile):
+    # Beam search looped on a copy of eight pieces on the dev set ("A-cent-cent-cinq. ").
+    hparams = PROFILES[profile]
+    cycle = [11, 12, 13, 12, 14, 12, 15, 16]
+    tokens = [4, *cycle, *cycle, *cycle[:-1], 0]
+    bans = decoding.loop_bans(tf.constant([tokens]), tf.constant(len(tokens) - 1), 20,
+                              hparams.decode_loop_ngram, hparams.decode_loop_repeats).numpy()[0]
+    assert set(np.flatnonzero(bans)) == {cycle[-1]}
+
+
 # Ids 4.. of a small French vocabulary: pieces that continue a word start with "##".
 PIECES = ["[pad]", "[UNK]", "[start]", "[end]", "ta", "##m", "##a", "##é", "##n", "##ist",
           "##iste", "##is", "elle", "le", "leur", "nous", "##le"]

@@ -72,15 +72,16 @@ class PieceSpelling(NamedTuple):
         """The tables for a vocabulary (id -> piece), whose pieces continuing a word start with
         `joiner` (WordPiece's "##")."""
         texts = [p.decode() if isinstance(p, bytes) else p for p in pieces]
+        spelled = [(text[len(joiner):], True)  # (its letters, whether it continues a word)
+                   if text.startswith(joiner) and len(text) > len(joiner) else (text, False)
+                   for text in texts]
         continuing: dict[str, list[int]] = {}  # letters -> the pieces continuing a word
-        for i, text in enumerate(texts):
-            if text.startswith(joiner) and len(text) > len(joiner):
-                continuing.setdefault(text[len(joiner):], []).append(i)
+        for i, (letters, continues) in enumerate(spelled):
+            if continues:
+                continuing.setdefault(letters, []).append(i)
         endings = [{i} for i in range(len(texts))]
         extensions = [{i} for i in range(len(texts))]
-        for i, text in enumerate(texts):
-            continues = text.startswith(joiner) and len(text) > len(joiner)
-            letters = text[len(joiner):] if continues else text
+        for i, (letters, continues) in enumerate(spelled):
             for cut in range(len(letters)):
                 endings[i].update(continuing.get(letters[cut:], ()))
                 if continues:

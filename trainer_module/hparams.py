@@ -116,8 +116,9 @@ class HParams:
     # more than decode_loop_repeats times in a row; the token that would is barred. 0 turns it
     # off. French says "très très" or "non, non"; three copies are the loops the dev set
     # showed ("une forte forte forte partie", "veiqueiqueique"). Inside a word the guard counts
-    # letters: a copy may begin or end inside a piece ("tamamamé", "cinistististe").
-    decode_loop_ngram: int = 6
+    # letters: a copy may begin or end inside a piece ("tamamamé", "cinistististe"). Ten
+    # pieces: beam search looped on a copy of eight ("A-cent-cent-cinq. ").
+    decode_loop_ngram: int = 10
     decode_loop_repeats: int = 2
 
     def __post_init__(self) -> None:
