@@ -189,7 +189,7 @@ def _figure(label: str, source: str, value: Cell) -> Row:
 
 
 GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
-# joins_4 (today's recipe, 4,000 steps) as its Trainer exported it, then with today's code
+# the AMD EPYC make run's model with the loop guard over 6 pieces, then re-exported with 10
 DECODING = "translate_speed_ngram_epyc_bf16.json"
 # Flink's rows in these files ran with Java's default heap, before flink.JOB_SERVER_HEAP.
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
@@ -292,9 +292,14 @@ TABLES = (
                 "{figures[lines_read]:,} / {figures[examples]:,} "
                 "({figures[split_sizes][train]:,}, {figures[split_sizes][eval]:,}, "
                 "{figures[split_sizes][test]:,})"),
-        _figure("the data half at 16×, s, in memory / 2 workers", "scale.json",
-                lambda r: f"{_data_half('in_memory', 16, 'component_s')(r)} / "
-                          f"{_data_half('multi_processing', 16, 'component_s')(r)}"),
+        _figure("the data half at 16× as one run, s, in memory / 2 workers / Flink",
+                "scale_engines_16x_one_run.json",
+                lambda r: " / ".join(_data_half(mode, 16, "component_s")(r)
+                                     for mode in ("in_memory", "multi_processing", "flink"))),
+        _figure("the same, peak MB, in memory / 2 workers / Flink",
+                "scale_engines_16x_one_run.json",
+                lambda r: " / ".join(_data_half(mode, 16, "peak_rss_mb", max)(r)
+                                     for mode in ("in_memory", "multi_processing", "flink"))),
         _figure("the data half at 4×, speed-up of 2 workers", "scale_data_half_x4_amx.json",
                 _speedup(4)),
         _figure("`make test`: tests passed, minutes", "test_suite.json",
