@@ -420,4 +420,3 @@ def test_the_peak_memory_helper_measures_nmt_alone_not_the_process_that_starts_i
     result, peak = run_nmt_peak_memory("--help")
     assert result.returncode == 0 and sum(ballast[::4096]) == len(ballast) // 4096
     assert peak < (1 << 30)
-
