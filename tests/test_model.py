@@ -66,14 +66,18 @@ def seeded_weights(model: keras.Model, seed: int) -> None:
     model.set_weights(values)
 
 
-@pytest.fixture(scope="module")
-def model() -> Transformer:
+def random_model(**overrides: object) -> Transformer:
     """Random weights, untied output layer: its greedy outputs vary, unlike a tied random
     model's."""
-    model = Transformer(tiny_hparams(tie_output_to_embedding=False))
+    model = Transformer(tiny_hparams(tie_output_to_embedding=False, **overrides))
     model((tf.ones([1, 2], tf.int32), tf.ones([1, 2], tf.int32)))
     seeded_weights(model, seed=1)
     return model
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    return random_model()
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +137,9 @@ def uncached_greedy_decode(model: Transformer, source_ids: tf.Tensor,
     return decoding._greedy_loop(next_logits, prefix, limits, loop_length)
 
 
-def test_cached_decoding_equals_full_decoding(model, sources):
+@pytest.mark.parametrize("positions", ["absolute", "rotary"])
+def test_cached_decoding_equals_full_decoding(positions, sources):
+    model = random_model(positions=positions)
     target = padded_ids(np.random.default_rng(4), [12] * 5, TARGET_VOCAB)
     memory, source_mask = model.encode(sources)
     full_logits, _ = model.decode(target, memory, source_mask)
@@ -152,6 +158,38 @@ def test_cached_decoding_equals_full_decoding(model, sources):
     for row, limit in zip(tokens.numpy(), limits.numpy()):  # END then PAD, or stopped at limit
         length = list(row).index(END_ID) + 1 if END_ID in row else limit
         assert length <= limit and np.all(row[:length] != PAD_ID) and np.all(row[length:] == PAD_ID)
+
+
+def test_rotary_attention_sees_how_far_apart_words_are_not_where():
+    rng = np.random.default_rng(6)
+    x = tf.constant(rng.normal(size=[2, 6, 16]), tf.float32)
+    visible = tf.ones([1, 1, 6], tf.bool)
+    rotary, plain = MultiHeadAttention(16, 4, rotary=True), MultiHeadAttention(16, 4)
+    rotary(x, x, visible), plain(x, x, visible)
+    plain.set_weights(rotary.get_weights())
+
+    def self_attention(layer, inputs, start_position=0, key_start_position=None):
+        keys, values = layer.project_key_value(
+            inputs, start_position if key_start_position is None else key_start_position)
+        return layer.attend(inputs, keys, values, visible, start_position)[0].numpy()
+
+    at_start = self_attention(rotary, x)
+    np.testing.assert_allclose(self_attention(rotary, x, 7), at_start, atol=1e-5)
+    assert not np.allclose(self_attention(rotary, x, 0, 3), at_start, atol=1e-3)
+    np.testing.assert_allclose(rotary(x, x, visible)[0], at_start, atol=1e-6)
+    # Order counts: swapping two words is not just swapping their outputs, as it is without
+    # positions at all.
+    swap = [1, 0, 2, 3, 4, 5]
+    swapped = tf.gather(x, swap, axis=1)
+    np.testing.assert_allclose(self_attention(plain, swapped)[:, swap], self_attention(plain, x),
+                               atol=1e-5)
+    assert not np.allclose(self_attention(rotary, swapped)[:, swap], at_start, atol=1e-3)
+    with pytest.raises(ValueError, match="even head depth"):
+        MultiHeadAttention(12, 4, rotary=True)
+    with pytest.raises(ValueError, match="positions must be one of absolute, rotary"):
+        tiny_hparams(positions="learned")
+    rotary_model = Transformer(tiny_hparams(positions="rotary"))
+    assert not rotary_model.source_embedding.add_positions  # no sinusoids added as well
 
 
 def test_a_shallow_decoder_has_its_own_depth_and_decodes_from_its_cache(sources):
@@ -431,10 +469,15 @@ def test_loss_gradient_is_softmax_minus_the_smoothed_target_at_real_tokens(smoot
 
 @pytest.mark.parametrize("layer, inputs", [
     (TokenEmbedding(30, 16), lambda: [tf.constant([[5, 6, 0]])]),
+    (TokenEmbedding(30, 16, add_positions=False), lambda: [tf.constant([[5, 6, 0]])]),
     (MultiHeadAttention(16, 4), lambda: [tf.ones([2, 3, 16]), tf.ones([2, 5, 16]),
                                          tf.ones([2, 1, 5], tf.bool)]),
+    (MultiHeadAttention(16, 4, rotary=True), lambda: [tf.ones([2, 3, 16]), tf.ones([2, 3, 16]),
+                                                      tf.ones([2, 1, 3], tf.bool)]),
     (PositionWiseFeedForward(16, 32), lambda: [tf.ones([2, 3, 16])]),
     (EncoderLayer(16, 4, 32, 0.1), lambda: [tf.ones([2, 3, 16]), tf.ones([2, 3], tf.bool)]),
+    (EncoderLayer(16, 4, 32, 0.1, rotary=True), lambda: [tf.ones([2, 3, 16]),
+                                                         tf.ones([2, 3], tf.bool)]),
     (DecoderLayer(16, 4, 32, 0.1), lambda: [tf.ones([2, 3, 16]), tf.ones([2, 5, 16]),
                                             tf.ones([2, 5], tf.bool)]),
 ])
@@ -576,6 +619,38 @@ def test_a_looping_decoder_stops_at_the_guard(decode):
 def test_the_guard_bars_the_token_that_would_say_an_ngram_a_third_time(tokens, step, banned):
     bans = decoding.loop_bans(tf.constant([tokens]), tf.constant(step), 10, 6, 2).numpy()[0]
     assert set(np.flatnonzero(bans)) == banned
+
+
+def brute_force_bans(tokens: list[int], step: int, loop_ngram: int, loop_repeats: int
+                     ) -> set[int]:
+    """The guard's definition, token by token: t is barred if tokens[:step] + [t] ends in
+    loop_repeats + 1 copies in a row of one n-gram, n <= loop_ngram."""
+    def loops(said: list[int]) -> bool:
+        return any(len(said) >= n * (loop_repeats + 1)
+                   and all(said[-k] == said[-k - n] for k in range(1, n * loop_repeats + 1))
+                   for n in range(1, loop_ngram + 1))
+    return {t for t in set(tokens[:step]) if loops(tokens[:step] + [t])}
+
+
+@pytest.mark.parametrize("loop_ngram, loop_repeats", [(1, 1), (3, 1), (6, 2), (10, 2), (4, 3)])
+def test_the_guard_checks_every_copy_length_at_once_as_its_definition_does(loop_ngram,
+                                                                           loop_repeats):
+    rng = np.random.default_rng(loop_ngram * 10 + loop_repeats)
+    batch = []
+    for _ in range(64):  # periodic runs with a few random tokens mixed in
+        period = rng.integers(1, loop_ngram + 2)
+        row = np.resize(rng.integers(4, 12, period), 40)
+        batch.append(np.where(rng.random(40) < 0.1, rng.integers(4, 12, 40), row))
+    batch = np.array(batch, np.int32)
+    barred = 0
+    for step in (0, 1, 5, 17, 39):
+        bans = decoding.loop_bans(tf.constant(batch), tf.constant(step), 12, loop_ngram,
+                                  loop_repeats).numpy()
+        for row, row_bans in zip(batch.tolist(), bans):
+            expected = brute_force_bans(row, step, loop_ngram, loop_repeats)
+            assert set(np.flatnonzero(row_bans)) == expected, (row[:step], step)
+            barred += len(expected)
+    assert barred > 50  # most rows loop: the comparison is not between empty sets
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))

@@ -121,28 +121,43 @@ def loop_bans(tokens: tf.Tensor, step: tf.Tensor, vocab_size: int, loop_ngram: i
               loop_repeats: int, spelling: PieceSpelling | None = None) -> tf.Tensor:
     """tokens [..., L] written before position `step` -> [..., V] bool: the tokens that,
     written at `step`, would end loop_repeats + 1 copies in a row of one n-gram
-    (n <= loop_ngram); with `spelling`, copies of letters inside a word too."""
-    looped = []  # per n: the token that would end one copy too many, or -1
-    for n in range(1, loop_ngram + 1):
-        span = n * (loop_repeats + 1)  # the copies' tokens, the next one included
-        # Each known token of the span (all but the first n and the next) repeats the one
-        # n before it; then the next token would too if it were the one n before it.
-        positions = step - 1 - tf.range(span - n - 1)
-        same = tf.equal(tf.gather(tokens, tf.maximum(positions, 0), axis=-1),
-                        tf.gather(tokens, tf.maximum(positions - n, 0), axis=-1))
-        if spelling is not None and span - n - 1:
-            # The first copy may begin inside the piece before it ("ta ##m ##a ##m ##a").
-            first = tf.gather(tokens, tf.maximum(step + 1 - span, 0), axis=-1)
-            unit = tf.gather(tokens, tf.maximum(step + 1 - span + n, 0), axis=-1)
-            same = tf.concat([same[..., :-1], spelling.ends_with(first, unit)[..., None]], -1)
-        periodic = tf.reduce_all(same, axis=-1) & (step + 1 >= span)
-        looped.append(tf.where(periodic, tf.gather(tokens, tf.maximum(step - n, 0), axis=-1),
-                               -1))
-    looped = tf.stack(looped, axis=-1)  # [..., loop_ngram]
-    if spelling is None:
-        return tf.reduce_any(tf.cast(tf.one_hot(looped, vocab_size), tf.bool), axis=-2)
-    # The last copy may end inside the piece after it ("##ist ##ist ##iste").
-    return spelling.extended(looped, vocab_size)
+    (n <= loop_ngram); with `spelling`, copies of letters inside a word too.
+
+    Every n at once: the copies of an n-gram are periodic with period n, so each of their
+    known tokens but the first n repeats the one n before it, and the next token would end
+    one copy too many if it were the one n before it.
+    """
+    lengths = tf.range(1, loop_ngram + 1)  # [N]: n
+    compared = lengths * loop_repeats - 1  # [N]: the known tokens that repeat one n before
+    offsets = tf.range(max(loop_ngram * loop_repeats - 1, 0))  # [M]
+    # history[..., j] = tokens[step - 1 - j], the latest first, as many as the longest copies
+    # span (clipped at 0: the copies must fit, `fits` below).
+    history = tf.gather(tokens, tf.maximum(step - 1 - tf.range(loop_ngram * (loop_repeats + 1)),
+                                           0), axis=-1)
+    same = tf.equal(tf.gather(history, offsets, axis=-1)[..., None, :],
+                    tf.gather(history, offsets[None, :] + lengths[:, None], axis=-1))
+    if spelling is not None:
+        # The first copy may begin inside the piece before it ("ta ##m ##a ##m ##a").
+        last = tf.maximum(compared - 1, 0)  # [N]: the first copy's unit and the piece before
+        begins_inside = spelling.ends_with(tf.gather(history, last + lengths, axis=-1),
+                                           tf.gather(history, last, axis=-1))  # [..., N]
+        same = tf.where(offsets[None, :] == (compared - 1)[:, None], begins_inside[..., None],
+                        same)
+    counted = offsets[None, :] < compared[:, None]  # [N, M]
+    fits = step + 1 >= lengths * (loop_repeats + 1)
+    periodic = tf.reduce_all(same | ~counted, axis=-1) & fits  # [..., N]
+    # Per n: the token that would end one copy too many, or -1.
+    looped = tf.where(periodic, tf.gather(history, lengths - 1, axis=-1), -1)
+    banned_shape = tf.concat([tf.shape(looped)[:-1], [vocab_size]], 0)
+
+    def bans() -> tf.Tensor:
+        if spelling is None:
+            return tf.reduce_any(tf.cast(tf.one_hot(looped, vocab_size), tf.bool), axis=-2)
+        # The last copy may end inside the piece after it ("##ist ##ist ##iste").
+        return spelling.extended(looped, vocab_size)
+
+    # Most steps of most sentences repeat nothing: then no [..., V] table is built.
+    return tf.cond(tf.reduce_any(looped >= 0), bans, lambda: tf.zeros(banned_shape, tf.bool))
 
 
 def _per_sentence(max_length: tf.Tensor | int,

@@ -11,6 +11,12 @@ import dataclasses
 # the exported model is always float32; "auto" picks per machine (see devices.resolve_precision):
 # mixed_float16 on GPUs, mixed_bfloat16 on CPUs with bfloat16 matrix units, else float32.
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+# Where word order enters the model (model.py): "absolute", the paper's sinusoids added to the
+# embeddings, or "rotary", self-attention's queries and keys turned by their positions
+# (RoFormer, Su et al. 2021), so attention sees how far apart two words are, not where. In
+# the `cpu` budget rotary tied on unseen sentences and translated long ones shorter and
+# worse (BENCHMARKS.md, "Long sentences"), so no profile uses it.
+POSITIONS = ("absolute", "rotary")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +33,7 @@ class HParams:
     dff: int = 2048
     dropout_rate: float = 0.1
     tie_output_to_embedding: bool = True  # final projection = target embedding matrix transposed
+    positions: str = "absolute"  # one of POSITIONS
 
     # Loss and optimization (paper §5.3-5.4).
     label_smoothing: float = 0.1
@@ -127,6 +134,12 @@ class HParams:
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if self.d_model % 2:
             raise ValueError(f"d_model={self.d_model} must be even for the sinusoidal encoding")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, "
+                             f"got {self.positions!r}")
+        if self.positions == "rotary" and (self.d_model // self.num_heads) % 2:
+            raise ValueError(f"rotary positions need an even head depth, got d_model="
+                             f"{self.d_model} / num_heads={self.num_heads}")
         if not 0.0 <= self.dropout_rate < 1.0 or not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError("dropout_rate and label_smoothing must be in [0, 1)")
         if self.num_layers < 1 or self.num_decoder_layers < 0:

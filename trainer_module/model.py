@@ -8,6 +8,8 @@ Differences from the paper, on purpose:
   which is what the short CPU runs need.
 - Embeddings are initialized N(0, d_model^-0.5), so after the paper's sqrt(d_model) scaling they
   have unit variance, and the tied output projection starts with small logits.
+- hparams.positions="rotary" replaces the paper's added sinusoids by rotary positions in
+  self-attention (`rotate`); cross-attention has no positions in either case.
 
 Masks are boolean, True where attention is allowed, broadcastable to [batch, queries, keys], and
 always passed explicitly (no Keras implicit masking). Padding is PAD_ID at the end of a sequence.
@@ -36,15 +38,33 @@ LayerCache = dict[str, tf.Tensor]
 DecoderCache = dict[str, Any]
 
 
+def _angles(positions: tf.Tensor, dims: int) -> tf.Tensor:
+    """positions [T] int -> [T, dims / 2] float32: pos / 10000^(2i/dims), i = 0 .. dims/2 - 1."""
+    inverse_frequencies = tf.pow(10000.0, -tf.range(0, dims, 2, dtype=tf.float32) / dims)
+    return tf.cast(positions, tf.float32)[:, None] * inverse_frequencies[None, :]
+
+
 def positional_encoding(positions: tf.Tensor, d_model: int) -> tf.Tensor:
     """Sinusoids of paper §3.5, computed on the fly so any length (and one position) works.
 
     positions [T] int -> [T, d_model] float32, PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),
     PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
     """
-    inverse_frequencies = tf.pow(10000.0, -tf.range(0, d_model, 2, dtype=tf.float32) / d_model)
-    angles = tf.cast(positions, tf.float32)[:, None] * inverse_frequencies[None, :]
+    angles = _angles(positions, d_model)
     return tf.reshape(tf.stack([tf.sin(angles), tf.cos(angles)], axis=-1), [-1, d_model])
+
+
+def rotate(x: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+    """Rotary position embedding (RoFormer, Su et al. 2021) of x [B, H, T, depth] at positions [T].
+
+    Each pair (x_i, x_{i + depth/2}) turns by the angle pos / 10000^(2i/depth), so the dot
+    product of a query at position m with a key at position n depends on m - n alone: what
+    attention learns about near words holds at any distance from the sentence's start.
+    """
+    angles = _angles(positions, x.shape[-1])
+    cos, sin = tf.cast(tf.cos(angles), x.dtype), tf.cast(tf.sin(angles), x.dtype)
+    first, second = tf.split(x, 2, axis=-1)
+    return tf.concat([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
 def causal_mask(length: tf.Tensor) -> tf.Tensor:
@@ -59,12 +79,15 @@ def layer_norm(name: str, dtype: keras.mixed_precision.Policy) -> keras.layers.L
 
 
 class TokenEmbedding(keras.layers.Layer):
-    """Token embedding * sqrt(d_model) + sinusoidal position; the matrix can be the output layer."""
+    """Token embedding * sqrt(d_model) + sinusoidal position (unless the attention rotates by
+    position instead: add_positions=False); the matrix can be the output layer."""
 
-    def __init__(self, vocab_size: int, d_model: int, **kwargs: Any) -> None:
+    def __init__(self, vocab_size: int, d_model: int, add_positions: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.d_model = d_model
+        self.add_positions = add_positions
 
     def build(self, input_shape: tf.TensorShape) -> None:
         self.embeddings = self.add_weight(
@@ -78,6 +101,8 @@ class TokenEmbedding(keras.layers.Layer):
         start_position lets incremental decoding embed one token at its true position.
         """
         x = tf.gather(self.embeddings, token_ids) * math.sqrt(self.d_model)
+        if not self.add_positions:
+            return x
         positions = start_position + tf.range(tf.shape(token_ids)[1])
         return x + tf.cast(positional_encoding(positions, self.d_model), x.dtype)
 
@@ -86,23 +111,29 @@ class TokenEmbedding(keras.layers.Layer):
         return tf.einsum("btd,vd->btv", x, tf.cast(self.embeddings, x.dtype))
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
+        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
+                "add_positions": self.add_positions}
 
 
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head scaled dot-product attention (paper §3.2).
 
     Our own layer rather than keras.layers.MultiHeadAttention so the decoder can project keys and
-    values once (`project_key_value`) and attend over cached ones (`attend`).
+    values once (`project_key_value`) and attend over cached ones (`attend`). With rotary=True
+    (self-attention only) queries and keys are rotated by their positions (`rotate`), which
+    start at start_position: a cached decoding step projects one position, `step`.
     """
 
-    def __init__(self, d_model: int, num_heads: int, **kwargs: Any) -> None:
+    def __init__(self, d_model: int, num_heads: int, rotary: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         self.d_model = d_model
         self.num_heads = num_heads
         self.depth = d_model // num_heads
+        self.rotary = rotary
+        if rotary and self.depth % 2:
+            raise ValueError(f"rotary positions need an even head depth, got {self.depth}")
         self.query_projection = keras.layers.Dense(d_model, name="query", dtype=self.dtype_policy)
         self.key_projection = keras.layers.Dense(d_model, name="key", dtype=self.dtype_policy)
         self.value_projection = keras.layers.Dense(d_model, name="value", dtype=self.dtype_policy)
@@ -114,19 +145,31 @@ class MultiHeadAttention(keras.layers.Layer):
         x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.depth])
         return tf.transpose(x, [0, 2, 1, 3])
 
-    def project_key_value(self, memory: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """memory [B, Tk, d_model] -> keys, values, each [B, num_heads, Tk, depth]."""
-        return (self._split_heads(self.key_projection(memory)),
+    def _at_positions(self, x: tf.Tensor, start_position: tf.Tensor | int) -> tf.Tensor:
+        """x [B, H, T, depth] at positions start_position.., rotated if rotary."""
+        if not self.rotary:
+            return x
+        return rotate(x, start_position + tf.range(tf.shape(x)[2]))
+
+    def project_key_value(self, memory: tf.Tensor, start_position: tf.Tensor | int = 0
+                          ) -> tuple[tf.Tensor, tf.Tensor]:
+        """memory [B, Tk, d_model] at positions start_position.. -> keys, values, each
+        [B, num_heads, Tk, depth]."""
+        keys = self._split_heads(self.key_projection(memory))
+        return (self._at_positions(keys, start_position),
                 self._split_heads(self.value_projection(memory)))
 
     def attend(self, query_input: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
-               attention_mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Attend from query_input [B, Tq, d_model] over projected keys/values [B, H, Tk, depth].
+               attention_mask: tf.Tensor, start_position: tf.Tensor | int = 0
+               ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Attend from query_input [B, Tq, d_model] at positions start_position.. over projected
+        keys/values [B, H, Tk, depth].
 
         attention_mask: bool, rank 3, broadcastable to [B, Tq, Tk].
         Returns output [B, Tq, d_model] and weights [B, H, Tq, Tk] float32.
         """
-        queries = self._split_heads(self.query_projection(query_input)) * self.depth ** -0.5
+        queries = self._at_positions(self._split_heads(self.query_projection(query_input)),
+                                     start_position) * self.depth ** -0.5
         scores = tf.cast(tf.einsum("bhqd,bhkd->bhqk", queries, keys), tf.float32)
         scores = tf.where(attention_mask[:, None], scores, _MASKED_SCORE)
         weights = tf.nn.softmax(scores, axis=-1)
@@ -143,7 +186,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return self.attend(query_input, keys, values, attention_mask)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads}
+        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
+                "rotary": self.rotary}
 
 
 class PositionWiseFeedForward(keras.layers.Layer):
@@ -166,21 +210,23 @@ class PositionWiseFeedForward(keras.layers.Layer):
 
 
 class _TransformerLayer(keras.layers.Layer):
-    """What encoder and decoder layers share: self-attention, the FFN block, dropout, config."""
+    """What encoder and decoder layers share: self-attention (rotary: positions rotate its
+    queries and keys), the FFN block, dropout, config."""
 
     def __init__(self, d_model: int, num_heads: int, dff: int, dropout_rate: float,
-                 **kwargs: Any) -> None:
+                 rotary: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.d_model = d_model
         self.num_heads = num_heads
         self.dff = dff
         self.dropout_rate = dropout_rate
+        self.rotary = rotary
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
         self.feed_forward = PositionWiseFeedForward(d_model, dff, name="feed_forward",
                                                     dtype=self.dtype_policy)
         self.feed_forward_norm = layer_norm("feed_forward_norm", self.dtype_policy)
-        self.self_attention = MultiHeadAttention(d_model, num_heads, name="self_attention",
-                                                 dtype=self.dtype_policy)
+        self.self_attention = MultiHeadAttention(d_model, num_heads, rotary,
+                                                 name="self_attention", dtype=self.dtype_policy)
         self.self_attention_norm = layer_norm("self_attention_norm", self.dtype_policy)
 
     def _feed_forward_block(self, x: tf.Tensor, training: bool) -> tf.Tensor:
@@ -188,7 +234,7 @@ class _TransformerLayer(keras.layers.Layer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
-                "dff": self.dff, "dropout_rate": self.dropout_rate}
+                "dff": self.dff, "dropout_rate": self.dropout_rate, "rotary": self.rotary}
 
 
 class EncoderLayer(_TransformerLayer):
@@ -209,8 +255,8 @@ class DecoderLayer(_TransformerLayer):
     """
 
     def __init__(self, d_model: int, num_heads: int, dff: int, dropout_rate: float,
-                 **kwargs: Any) -> None:
-        super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
+                 rotary: bool = False, **kwargs: Any) -> None:
+        super().__init__(d_model, num_heads, dff, dropout_rate, rotary, **kwargs)
         self.cross_attention = MultiHeadAttention(d_model, num_heads, name="cross_attention",
                                                   dtype=self.dtype_policy)
         self.cross_attention_norm = layer_norm("cross_attention_norm", self.dtype_policy)
@@ -248,11 +294,12 @@ class DecoderLayer(_TransformerLayer):
         unwritten positions > step are masked out.
         """
         normed = self.self_attention_norm(x)
-        new_keys, new_values = self.self_attention.project_key_value(normed)
+        new_keys, new_values = self.self_attention.project_key_value(normed, step)
         keys = _write_position(cache["self_keys"], new_keys, step)
         values = _write_position(cache["self_values"], new_values, step)
         visible = tf.range(tf.shape(keys)[2]) <= step
-        attended, _ = self.self_attention.attend(normed, keys, values, visible[None, None, :])
+        attended, _ = self.self_attention.attend(normed, keys, values, visible[None, None, :],
+                                                 step)
         x = x + self.dropout(attended, training=training)
         attended, _ = self.cross_attention.attend(self.cross_attention_norm(x), cache["cross_keys"],
                                                   cache["cross_values"], source_mask[:, None, :])
@@ -280,17 +327,21 @@ class Transformer(keras.Model):
         policy = keras.mixed_precision.Policy(hparams.precision)
         super().__init__(dtype=policy, **kwargs)
         self.hparams = hparams
+        rotary = hparams.positions == "rotary"
         layer_args = dict(d_model=hparams.d_model, num_heads=hparams.num_heads, dff=hparams.dff,
-                          dropout_rate=hparams.dropout_rate, dtype=policy)
+                          dropout_rate=hparams.dropout_rate, rotary=rotary, dtype=policy)
         if hparams.shared_embeddings:  # one joint vocabulary: one matrix for source, target
             # (and, tied, output) tokens, so names, numbers and cognates learn from both sides
             self.source_embedding = self.target_embedding = TokenEmbedding(
-                hparams.target_vocab_size, hparams.d_model, name="shared_embedding", dtype=policy)
+                hparams.target_vocab_size, hparams.d_model, not rotary, name="shared_embedding",
+                dtype=policy)
         else:
             self.source_embedding = TokenEmbedding(
-                hparams.source_vocab_size, hparams.d_model, name="source_embedding", dtype=policy)
+                hparams.source_vocab_size, hparams.d_model, not rotary, name="source_embedding",
+                dtype=policy)
             self.target_embedding = TokenEmbedding(
-                hparams.target_vocab_size, hparams.d_model, name="target_embedding", dtype=policy)
+                hparams.target_vocab_size, hparams.d_model, not rotary, name="target_embedding",
+                dtype=policy)
         self.embedding_dropout = keras.layers.Dropout(hparams.dropout_rate, dtype=policy)
         self.encoder_layers = [EncoderLayer(name=f"encoder_{i}", **layer_args)
                                for i in range(hparams.num_layers)]
