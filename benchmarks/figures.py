@@ -77,6 +77,11 @@ def _speed(record: dict, variant: str, key: str = "sentences_per_second",
     return max(value) if isinstance(value, list) else value
 
 
+def _long_bleu(record: dict, model: str) -> float:
+    """A long_sentences.py model's BLEU on the dev lines of more than 30 English words."""
+    return record["figures"]["models"][model]["bleu_over_30_words"]
+
+
 def _scale_rows(record: dict, mode: str, size: int, component: str | None = None) -> list:
     """A scale.py result's completed rows of one Beam mode and corpus size (full corpora,
     not smoke ones), of one component or all."""
@@ -206,6 +211,8 @@ ENGINES_HEAP = (ENGINES[1], ("flink", "Flink, 1 GiB JVM heap (the default)"),
                 ("flink_heap_512m", "Flink, 512 MiB JVM heap"),
                 ("flink_heap_512m_serial", "Flink, 512 MiB JVM heap, serial collector"))
 
+# Today's default `make run` model against 4b41846's recipe, trained in the same budget.
+LONG_BUDGET = "long_sentences_budget_epyc_bf16.json"
 # The exports of benchmarks/long_sentences.py's results, as decisions against each file's
 # first export (named here).
 LONG_SENTENCES_HISTORY = "Long sentences translated whole (issue #56), 2026-11-28"
@@ -294,6 +301,11 @@ TABLES = (
         _figure("dev English words that fra.txt lacks: lines over 30 words / the rest",
                 "long_lines_cause_epyc_bf16.json",
                 "{figures[unseen_share_long_mean]:.0%} / {figures[unseen_share_other_mean]:.0%}"),
+        _figure("dev lines over 30 words, BLEU over 4b41846's in the same 30-minute budget, "
+                "greedy / beam 4 (the issue #56 goal: 2×)", LONG_BUDGET,
+                lambda r: " / ".join(
+                    f"{_long_bleu(r, name) / _long_bleu(r, 'before_budget'):.2f}×"
+                    for name in ("default", "default_beam_4"))),
         _figure("decoding, sentences/s, greedy / beam 4 (best round)", DECODING,
                 lambda r: f"{_speed(r, GREEDY):.0f} / {_speed(r, BEAM):.0f}"),
         _figure("beam 4's time per sentence over greedy's", DECODING,
