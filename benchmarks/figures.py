@@ -226,6 +226,8 @@ LONG_SENTENCE_FILES = {
     "long_sentences_beam_epyc_bf16.json": "default_letters, greedy (AMD EPYC, bf16)",
     "long_sentences_rotary_epyc_bf16.json": "the default `make run`'s weights, greedy, the "
                                             "guard in one pass (AMD EPYC, bf16)",
+    "long_sentences_subword_epyc_bf16.json": "the default `make run`'s weights, greedy (AMD "
+                                             "EPYC, bf16)",
 }
 LONG_SENTENCE_EXPORTS = {
     "long_sentences_epyc_bf16.json": {
@@ -272,6 +274,16 @@ LONG_SENTENCE_EXPORTS = {
                              "trained in the same 30-minute budget",
                    "kept": "no: long lines shorter and lower, the whole set the same"},
         "rotary_beam_4": {"change": "rotary positions, beam search of 4", "kept": "no"},
+    },
+    "long_sentences_subword_epyc_bf16.json": {
+        "subword": {"change": "subword regularization (`subword_alpha=0.2`, a segmentation "
+                              "drawn from the 64 best each epoch), trained in the same "
+                              "30-minute budget",
+                    "kept": "no: the whole set lower, the long lines the same"},
+        "subword_beam_4": {"change": "subword regularization, beam search of 4", "kept": "no"},
+        "subword_mild": {"change": "subword regularization with a milder draw "
+                                   "(`subword_alpha=0.5`), the same budget", "kept": "no"},
+        "subword_mild_beam_4": {"change": "the milder draw, beam search of 4", "kept": "no"},
     },
 }
 
@@ -422,6 +434,12 @@ TABLES = (
                "training steps per second, relative",
                "{figures[speedup_vs_first][default]:.2f}",
                "{figures[speedup_vs_first][joins_4]:.2f}", _machine, _source)))),
+    Table("subword", ("model", "test split BLEU, one reference (once)", "all references",
+                      "machine", "commit", "result file"),
+          (Row("test_split_subword*_epyc_bf16.json", (
+              "{item[name]}", "{item[overall_first_reference][bleu]:.2f}",
+              "{item[overall][bleu]:.2f}", _machine, "{commit}", _source),
+              items=_named_models),)),
     Table("long-sentences", ("export", "BLEU, >30 words", "chrF, >30 words",
                              "output/reference length, median / min", "loops, all lines",
                              "lines warned", "dev BLEU, all lines (vs first: diff, sd)",

@@ -85,6 +85,12 @@ class HParams:
     # that never saw a longer input breaks down on one.
     joined_pairs: float = 0.0
     max_pairs_joined: int = 2
+    # >0: subword regularization (Kudo 2018). Each epoch every training sentence is cut into
+    # pieces anew, one segmentation drawn from the SentencePiece model's 64 best with this
+    # inverse temperature (input_pipeline.resample_pieces), so the model learns to read and
+    # write a word in several spellings, as it must one it never saw. Evaluation and serving
+    # keep the one best. Needs Transform's sentencepiece tokenizer.
+    subword_alpha: float = 0.0
     # A worker caches its training pairs in memory only if they fit this (0: never); else each
     # epoch reads them again (input_pipeline.py).
     cache_megabytes: int = 4096
@@ -153,6 +159,9 @@ class HParams:
             raise ValueError(f"ema_momentum must be in [0, 1), got {self.ema_momentum}")
         if not 0.0 <= self.joined_pairs <= 1.0:
             raise ValueError(f"joined_pairs must be in [0, 1], got {self.joined_pairs}")
+        if not 0.0 <= self.subword_alpha <= 1.0:
+            raise ValueError(f"subword_alpha must be in [0, 1] (0: the one best segmentation), "
+                             f"got {self.subword_alpha}")
         if self.max_pairs_joined < 2:
             raise ValueError(f"max_pairs_joined must be >= 2, got {self.max_pairs_joined}")
         if not 0.0 <= self.average_fraction <= 1.0:
@@ -215,20 +224,17 @@ PROFILES: dict[str, HParams] = {
         decode_max_length=48, beam_width=2),
     # 30 minutes on a few CPU cores, ~130k short Tatoeba pairs (~10 target tokens each). As many
     # steps as fit (the budget), 2k-token batches. Pre-norm layers tolerate the short warm-up
-    # and a high peak (2.8e-3). Each value was measured against a change of it for the same 30
-    # minutes, on unseen sentences: a 0.7x or 1.5x peak, half the warm-up, 1k-token batches,
-    # dropout 0.1, no label smoothing and a 1-layer decoder all translate worse; d_model 192
-    # for 1.45x the steps (oneDNN) ties. The size and recipe follow the steps the budget
-    # buys (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's
-    # weights averaged: +1.1 BLEU on unseen sentences; the last half's: worse. Half the pairs
-    # joined two by two: +1.75 there (a quarter: +0.99; three quarters: -0.4), at the same step
-    # time. Then in windows of four, two to four of them, up to 128 tokens (the HParams
-    # default), so that the model sees inputs of several sentences and translates them whole:
-    # on unseen sentences as good as joining two or better, and long lines whole (up to
-    # eight: better long lines, worse short ones; one training each). Why each value:
-    # BENCHMARKS.md, "Recipes on the dev set", "Recipes at the AMX Xeon's step count",
-    # "Ablation at equal wall time", "BLEU against training time" and "Long sentences".
-    # Assumes ~8k-subword vocabularies (4k pieces buy 1.39x the steps and translate worse).
+    # and a high peak (2.8e-3). Each value was measured against a change of it trained for the
+    # same 30 minutes, on unseen sentences, and none of these translated better beyond noise: a
+    # lower or higher peak, half the warm-up, 1k- or 4k-token batches, dropout 0.1, no label
+    # smoothing, a 1-layer decoder, a narrower or wider model, 4k or 16k pieces, subword
+    # regularization. The size and recipe follow the steps the budget buys
+    # (`MODEL_SIZES`); bfloat16 only where it pays (devices.py). The last quarter's weights
+    # averaged (the last half's: worse). Half the pairs joined (a quarter or three quarters:
+    # worse), in windows of four, two to four of them, up to 128 tokens (the HParams default),
+    # so that the model sees inputs of several sentences and translates long lines whole
+    # (windows of eight: better long lines, worse short ones). The figures behind each value:
+    # BENCHMARKS.md, "Decisions" and "Long sentences".
     "cpu": HParams(
         num_layers=2, d_model=256, num_heads=4, dff=1024, dropout_rate=0.0,
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, average_fraction=0.25,
@@ -237,7 +243,7 @@ PROFILES: dict[str, HParams] = {
         min_bleu=10.0),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it. The weights of the last
-    # quarter averaged, as the GPU anchor's were (+1.0 BLEU there on unseen sentences).
+    # quarter averaged, as the GPU anchor's were (it gained there on unseen sentences).
     "base": HParams(average_fraction=0.25, precision="auto", use_xla=True, min_bleu=25.0),
     # The seeds' recipe, kept to measure ours against (BENCHMARKS.md): 1+1 layers, d_model 256,
     # 8 heads, dff 2048, RMSprop, pairs padded to length 20 (run it with --vocab-size 15000).
@@ -269,15 +275,14 @@ class ModelSize:
 MODEL_SIZES = (
     ModelSize("small", {}, 0),
     # At 4,800 of its steps 3+3 with dropout lost to 2+2 on new sentences (the dev set, AMX
-    # Xeon); 2+2 without dropout overfit by about 10,300 steps (eval split), which a 3+3 step
-    # (1.46x a 2+2 step) matches at about 7,000 of its own.
+    # Xeon); 2+2 without dropout overfit by about 10,300 steps (eval split), which the slower
+    # 3+3 step matches at about 7,000 of its own (docs/model-and-training.md).
     ModelSize("deeper", {"num_layers": 3, "dropout_rate": 0.1, "learning_rate_scale": 0.5},
               7_000),
     # The anchor's recipe (the paper's base, dropout 0.3, 1,500 warm-up steps to a peak of
-    # 1e-3; mixed precision and XLA on GPUs): 4,660 steps of 16k tokens scored 34.4 on unseen
-    # sentences, against 28.5 on the same lines for the CPU default of 7fc818b (issue #38; not
-    # the dev set's lines). 8k-token batches fit smaller GPUs; it needs
-    # the anchor's training tokens, 4,660 x 16k = about 9,000 x 8k.
+    # 1e-3; mixed precision and XLA on GPUs): 4,660 steps of 16k tokens scored far above the
+    # CPU default on unseen sentences (issue #38; docs/model-and-training.md). 8k-token batches
+    # fit smaller GPUs; it needs the anchor's training tokens, 4,660 x 16k = about 9,000 x 8k.
     ModelSize("base", {"num_layers": 6, "d_model": 512, "num_heads": 8, "dff": 2048,
                        "dropout_rate": 0.3, "warmup_steps": 1500, "learning_rate_scale": 0.88,
                        "batch_tokens": 8192, "use_xla": True}, 9_000),

@@ -9,7 +9,9 @@ takes whole batches of `batch_tokens` tokens, so N replicas train N x batch_toke
 The shuffle: each epoch reads the worker's files in a new order, interleaving
 `_PARALLEL_FILES` of them, and draws pairs from a buffer of `hparams.shuffle_pairs`. The
 pairs are cached in memory only when the worker's share fits `hparams.cache_megabytes`;
-otherwise every epoch reads and parses the files again (nothing unbounded is held).
+otherwise every epoch reads and parses the files again (nothing unbounded is held). After the
+cache come what must change from epoch to epoch: the order, the pieces of each sentence
+(`resample_pieces`, when hparams.subword_alpha asks for it) and the pairs joined.
 """
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ import logging
 from typing import Sequence
 
 import tensorflow as tf
+import tensorflow_text as text
 import tensorflow_transform as tft
 
 from trainer_module.hparams import HParams
-from transform_module.preprocessing import SOURCE_IDS, TARGET_IDS
+from transform_module.preprocessing import SOURCE_IDS, SOURCE_VOCAB, TARGET_IDS, TARGET_VOCAB
+from transform_module.sentencepiece import MODEL_SUFFIX
 from transform_module.tokens import END_ID, PAD_ID, START_ID
 
 _LOG = logging.getLogger(__name__)
@@ -31,6 +35,10 @@ _PARALLEL_FILES = 8  # files read at once (interleaved) by one worker
 # (int32 ids plus tf.data's per-element overhead; BENCHMARKS.md, "Training input").
 CACHE_BYTES_PER_FILE_BYTE = 20
 _DRAWS = 1_000_000  # join_pairs: the resolution of its join-or-not draw
+_RESAMPLE_BATCH = 256  # pairs cut into pieces anew at once (resample_pieces)
+# Subword regularization draws each segmentation from the 64 best (Kudo 2018's l=64): drawing
+# from all of them cuts fra.txt's words into far more pieces at the same alpha.
+_SAMPLED_SEGMENTATIONS = 64
 _EVAL_SHUFFLE_PAIRS = 100_000  # more than the eval split has: the sample spans all of it
 VALIDATION_PAIRS = 2_000  # the fixed random sample of the eval split behind "validation loss"
 # Padded lengths of the buckets; batches hold ~batch_tokens tokens whatever the bucket.
@@ -86,11 +94,6 @@ def _read_files(files: list[str], record_shard: tuple[int, int],
         sources = tf.gather(features[SOURCE_IDS], targets.value_rowids())  # one per reference
         return sources, targets.values
 
-    def fits(source: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
-        return ((tf.size(source) <= hparams.max_source_length)
-                & (tf.size(target) <= hparams.max_target_length)
-                & (tf.size(source) > 0) & (tf.size(target) > 0))
-
     names = tf.data.Dataset.from_tensor_slices(files)
     if file_order_seed is not None:
         names = names.shuffle(len(files), seed=file_order_seed, reshuffle_each_iteration=True)
@@ -103,7 +106,47 @@ def _read_files(files: list[str], record_shard: tuple[int, int],
             .map(expand, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .unbatch()
             .map(lambda s, t: (tf.cast(s, tf.int32), tf.cast(t, tf.int32)))
-            .filter(fits))
+            .filter(lambda s, t: _fits(s, t, hparams)))
+
+
+def _fits(source: tf.Tensor, target: tf.Tensor, hparams: HParams) -> tf.Tensor:
+    """Whether a pair has tokens on both sides and no more than the model's lengths."""
+    return ((tf.size(source) <= hparams.max_source_length)
+            & (tf.size(target) <= hparams.max_target_length)
+            & (tf.size(source) > 0) & (tf.size(target) > 0))
+
+
+def sentencepiece_model(tf_transform_output: tft.TFTransformOutput) -> bytes:
+    """The serialized SentencePiece model Transform learned, shared by both sides (an error
+    says so if Transform used another tokenizer or one vocabulary per language)."""
+    source, target = (tf_transform_output.vocabulary_file_by_name(name)
+                      for name in (SOURCE_VOCAB, TARGET_VOCAB))
+    path = source + MODEL_SUFFIX
+    if source != target or not tf.io.gfile.exists(path):
+        raise ValueError(f"subword_alpha needs one SentencePiece model for both languages "
+                         f"(Transform's tokenizer=sentencepiece, joint_vocabulary); found no "
+                         f"{path!r} shared by both sides")
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
+def resample_pieces(pairs: tf.data.Dataset, model: bytes, hparams: HParams
+                    ) -> tf.data.Dataset:
+    """Subword regularization: every (source_ids, target_ids) pair spelled back into its
+    (normalized) sentences and cut into pieces anew, a segmentation drawn at random
+    (hparams.subword_alpha, `_SAMPLED_SEGMENTATIONS`) each time the pair passes. A pair the
+    new pieces make too long for the model is dropped, as `read_pairs` drops one."""
+    tokenizer = text.SentencepieceTokenizer(model=model, nbest_size=_SAMPLED_SEGMENTATIONS,
+                                            alpha=hparams.subword_alpha)
+
+    def resample(ids: tf.RaggedTensor) -> tf.RaggedTensor:  # [b, (T)] -> [b, (T')]
+        return tokenizer.tokenize(tokenizer.detokenize(ids))
+
+    return (pairs
+            .ragged_batch(_RESAMPLE_BATCH)
+            .map(lambda s, t: (resample(s), resample(t)), num_parallel_calls=tf.data.AUTOTUNE)
+            .unbatch()
+            .filter(lambda s, t: _fits(s, t, hparams)))
 
 
 def fits_in_cache(files: list[str], hparams: HParams) -> bool:
@@ -235,6 +278,8 @@ def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFT
                       "(cache_megabytes): each epoch reads them again.", len(files),
                       f"{hparams.cache_megabytes:,}")
         pairs = training_order(pairs, hparams, seed)
+        if hparams.subword_alpha:
+            pairs = resample_pieces(pairs, sentencepiece_model(tf_transform_output), hparams)
         if hparams.joined_pairs:
             pairs = join_pairs(pairs, hparams, seed)
     bucketing = hparams.bucketing if bucketing is None else bucketing

@@ -15,9 +15,9 @@ END_ID = 3
 # "wordpiece" (subwords learned from the training words: rare words are spelled from pieces) or
 # "sentencepiece" (a unigram language model of subwords, learned from the training sentences).
 TOKENIZERS = ("wordpiece", "word", "sentencepiece")
-# SentencePiece with one joint vocabulary: +1.25 BLEU on unseen sentences over a WordPiece
-# vocabulary per language, +0.63 over a joint WordPiece one (BENCHMARKS.md, "Recipes on the dev
-# set"), and learned in seconds.
+# SentencePiece with one joint vocabulary: better on unseen sentences than a WordPiece
+# vocabulary per language or a joint WordPiece one (BENCHMARKS.md, "Decisions"), and learned in
+# seconds.
 DEFAULT_TOKENIZER = "sentencepiece"
 # Transform's other tokenization defaults (preprocessing.TransformSettings; BENCHMARKS.md):
 DEFAULT_WHOLE_NUMBERS = True  # 3,50 and 5:30 stay one word: numbers detokenize unchanged
