@@ -30,8 +30,13 @@ def _output(lines: list[tuple[str, str]], tokenizer: str):
                                  "joint_vocabulary": True})
 
 
-def test_resampled_pairs_spell_the_same_sentences_in_new_pieces_each_epoch(lines):
-    model = input_pipeline.sentencepiece_model(_output(lines, "sentencepiece"))
+@pytest.fixture(scope="module")
+def model(lines) -> bytes:
+    """The joint SentencePiece model Transform learns from `lines`."""
+    return input_pipeline.sentencepiece_model(_output(lines, "sentencepiece"))
+
+
+def test_resampled_pairs_spell_the_same_sentences_in_new_pieces_each_epoch(lines, model):
     one_best = text.SentencepieceTokenizer(model=model)
     sources, targets = (  # as Transform makes them
         one_best.tokenize(pp.normalize(tf.constant([line[side] for line in lines]), True))
@@ -57,8 +62,7 @@ def test_resampled_pairs_spell_the_same_sentences_in_new_pieces_each_epoch(lines
                for s, t in resampled)
 
 
-def test_a_pair_the_new_pieces_make_too_long_is_dropped(lines):
-    model = input_pipeline.sentencepiece_model(_output(lines, "sentencepiece"))
+def test_a_pair_the_new_pieces_make_too_long_is_dropped(lines, model):
     ids = text.SentencepieceTokenizer(model=model).tokenize([e for e, _ in lines])
     longest = int(ids.row_lengths().numpy().max())
     tight = dataclasses.replace(HPARAMS, max_source_length=longest, max_target_length=longest,
