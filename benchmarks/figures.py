@@ -18,7 +18,7 @@ import glob
 import os
 import re
 import sys
-from typing import Callable
+from typing import Callable, NamedTuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # run as a script, from anywhere
@@ -82,13 +82,17 @@ def _long_bleu(record: dict, model: str) -> float:
     return record["figures"]["models"][model]["bleu_over_30_words"]
 
 
-def _over_before(today: str, beam: str | None, before: str) -> Callable[[dict], str]:
-    """Today's recipe's long-line BLEU over 4b41846's, greedy / beam 4 ("–": not measured)."""
-    def cell(record: dict) -> str:
-        return " / ".join("–" if name is None
-                          else f"{_long_bleu(record, name) / _long_bleu(record, before):.2f}×"
-                          for name in (today, beam))
-    return cell
+def _greedy_and_beam(pair: "LongBudget", value: Callable[[dict, str], str]
+                     ) -> Callable[[dict], str]:
+    """`value` of today's recipe greedy / beam 4 in one budget ("–": beam not measured)."""
+    return lambda record: " / ".join("–" if name is None else value(record, name)
+                                     for name in (pair.today, pair.beam))
+
+
+def _over_before(pair: "LongBudget") -> Callable[[dict], str]:
+    """Today's recipe's long-line BLEU over 4b41846's, greedy / beam 4."""
+    return _greedy_and_beam(pair, lambda record, name: (
+        f"{_long_bleu(record, name) / _long_bleu(record, pair.before):.2f}×"))
 
 
 def _scale_rows(record: dict, mode: str, size: int, component: str | None = None) -> list:
@@ -228,18 +232,27 @@ ENGINES_HEAP = (ENGINES[1], ("flink", "Flink, 1 GiB JVM heap (the default)"),
                 ("flink_heap_512m", "Flink, 512 MiB JVM heap"),
                 ("flink_heap_512m_serial", "Flink, 512 MiB JVM heap, serial collector"))
 
-# Issue #56's goal by training budget: today's recipe against 4b41846's, both trained in the
-# same budget on one machine kind and translated in one long_sentences.py sitting. Each:
-# (the budget, the file, today's recipe, its beam-4 export or None, 4b41846's recipe).
-# At 4,000 steps today's recipe is `joins_4`, before the loop guard's last two changes
-# (serving only: its greedy long lines score the same with them).
+class LongBudget(NamedTuple):
+    """Today's recipe against 4b41846's, both trained in one budget on one machine kind and
+    translated in one long_sentences.py sitting: the export names in its result file."""
+    budget: str
+    source: str
+    today: str
+    beam: str | None  # today's recipe with beam search of 4, if measured
+    before: str
+
+
+# Issue #56's goal by training budget. At 4,000 steps today's recipe is `joins_4`, before the
+# loop guard's last two changes (serving only: its greedy long lines score the same with them).
 LONG_BUDGETS = (
-    ("4,000 steps", "long_sentences_training_epyc_bf16.json", "joins_4", None, "before"),
-    ("30 minutes (the default)", "long_sentences_budget_epyc_bf16.json", "default",
-     "default_beam_4", "before_budget"),
-    ("60 minutes", "long_sentences_budget60_epyc_bf16.json", "default_60", "default_60_beam_4",
-     "before_60"),
+    LongBudget("4,000 steps", "long_sentences_training_epyc_bf16.json", "joins_4", None,
+               "before"),
+    LongBudget("30 minutes (the default)", "long_sentences_budget_epyc_bf16.json", "default",
+               "default_beam_4", "before_budget"),
+    LongBudget("60 minutes", "long_sentences_budget60_epyc_bf16.json", "default_60",
+               "default_60_beam_4", "before_60"),
 )
+DEFAULT_BUDGET = LONG_BUDGETS[1]
 # The exports of benchmarks/long_sentences.py's results, as decisions against each file's
 # first export (named here).
 LONG_SENTENCES_HISTORY = "Long sentences translated whole (issue #56), 2026-11-28"
@@ -341,8 +354,8 @@ TABLES = (
                 "long_lines_cause_epyc_bf16.json",
                 "{figures[unseen_share_long_mean]:.0%} / {figures[unseen_share_other_mean]:.0%}"),
         _figure("dev lines over 30 words, BLEU over 4b41846's in the same 30-minute budget, "
-                "greedy / beam 4 (the issue #56 goal: 2×)", LONG_BUDGETS[1][1],
-                _over_before(*LONG_BUDGETS[1][2:])),
+                "greedy / beam 4 (the issue #56 goal: 2×)", DEFAULT_BUDGET.source,
+                _over_before(DEFAULT_BUDGET)),
         _figure("decoding, sentences/s, greedy / beam 4 (best round)", DECODING,
                 lambda r: f"{_speed(r, GREEDY):.0f} / {_speed(r, BEAM):.0f}"),
         _figure("beam 4's time per sentence over greedy's", DECODING,
@@ -469,20 +482,20 @@ TABLES = (
                           "4b41846's recipe", "today's over 4b41846's, greedy / beam 4",
                           "dev BLEU, all lines: today's / 4b41846's", "machine", "commit",
                           "result file"),
-          tuple(Row(source, (
-              budget,
-              lambda r, t=today, b=beam: " / ".join(
-                  "–" if name is None else f"{_long_bleu(r, name):.2f}" for name in (t, b)),
-              lambda r, b=before: f"{_long_bleu(r, b):.2f}",
-              _over_before(today, beam, before),
-              lambda r, t=today, b=before: " / ".join(
+          tuple(Row(pair.source, (
+              pair.budget,
+              _greedy_and_beam(pair, lambda r, name: f"{_long_bleu(r, name):.2f}"),
+              lambda r, b=pair.before: f"{_long_bleu(r, b):.2f}",
+              _over_before(pair),
+              lambda r, t=pair.today, b=pair.before: " / ".join(
                   f"{r['figures']['models'][name]['dev_bleu']:.2f}" for name in (t, b)),
               _machine, "{commit}", _source))
-              for budget, source, today, beam, before in LONG_BUDGETS)),
+              for pair in LONG_BUDGETS)),
     Table("long-today", LONG_COLUMNS,
-          (Row(LONG_BUDGETS[1][1], LONG_CELLS,
-               items=lambda r: [model for model in _named_models(r)
-                                if model["name"] in LONG_BUDGETS[1][2:]]),)),
+          (Row(DEFAULT_BUDGET.source, LONG_CELLS,
+               items=lambda r: [model for model in _named_models(r) if model["name"] in
+                                (DEFAULT_BUDGET.today, DEFAULT_BUDGET.beam,
+                                 DEFAULT_BUDGET.before)]),)),
     Table("long-sentences", LONG_COLUMNS,
           (Row("long_sentences_*.json", LONG_CELLS, items=_named_models),)),
 )
