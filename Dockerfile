@@ -18,7 +18,7 @@ RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src
 #    against TFX's own image pins, so kfp, protobuf, google-cloud-aiplatform and TensorFlow stay
 #    the versions the image was tested with; the image's CUDA TensorFlow is kept as it is.
 FROM ${TFX_IMAGE}
-# The TensorFlow settings `nmt` starts with locally (pipeline/tensorflow_env.py says why):
+# The TensorFlow settings `nmt` starts with locally (runners/tensorflow_env.py says why):
 # oneDNN CPU kernels, also on CPUs where TensorFlow would not turn them on by itself.
 ENV TF_ENABLE_ONEDNN_OPTS=1
 COPY docker/constraints-py310.txt docker/check_image.py /opt/nmt/
@@ -30,11 +30,11 @@ RUN python -m pip install --no-cache-dir -c /opt/nmt/constraints-py310.txt \
 # it is the packaged copy, so the two cannot differ.
 RUN mkdir -p /pipeline \
     && ln -s "$(python -c 'import schemas; print(schemas.SCHEMA_FILE)')" /pipeline/schema.pbtxt
-# Beam's Flink job server, for `nmt kubeflow compile --beam-runner flink` (pipeline/flink.py):
+# Beam's Flink job server, for `nmt kubeflow compile --beam-runner flink` (engines/flink.py):
 # Beam's FlinkRunner starts it in a task's pod from this launcher jar and submits to the
 # cluster. Maven Central serves the 2.59.0 job service there (the pom says why it is 2.57.0
 # on the project's own machines). Flink on Java 17 needs the module openings below.
-COPY pipeline/flink-job-server.pom.xml /opt/nmt/flink/pom.xml
+COPY engines/flink-job-server.pom.xml /opt/nmt/flink/pom.xml
 RUN apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         openjdk-17-jre-headless maven \

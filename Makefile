@@ -33,16 +33,16 @@ $(VENV)/.installed: setup.py constraints.txt
 run: venv flink-if-java
 	$(BIN)/nmt run $(ARGS)
 
-# `nmt run --beam-runner flink` runs Beam's Flink job server (pipeline/flink-job-server.pom.xml):
+# `nmt run --beam-runner flink` runs Beam's Flink job server (engines/flink-job-server.pom.xml):
 # Maven resolves its jars into ~/.m2, and a launcher jar naming them goes beside the venv's
-# Python, where pipeline/flink.py finds it. Nothing is fetched at run time.
+# Python, where engines/flink.py finds it. Nothing is fetched at run time.
 FLINK_JAR := $(VENV)/share/nmt/flink-job-server.jar
 flink: venv $(FLINK_JAR)
 
-$(FLINK_JAR): pipeline/flink-job-server.pom.xml pipeline/flink.py
+$(FLINK_JAR): engines/flink-job-server.pom.xml engines/flink.py
 	@command -v java >/dev/null || { echo "make flink: Java is missing (OpenJDK 17: apt-get install openjdk-17-jre-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "make flink: Maven is missing (apt-get install maven)"; exit 1; }
-	mvn -q -f pipeline/flink-job-server.pom.xml dependency:build-classpath -Dmdep.outputFile=$(abspath $@).classpath
+	mvn -q -f engines/flink-job-server.pom.xml dependency:build-classpath -Dmdep.outputFile=$(abspath $@).classpath
 	$(BIN)/python -c 'import sys; from pipeline import flink; flink.write_launcher_jar(open(sys.argv[1]).read(), sys.argv[2])' $@.classpath $@
 	rm $@.classpath
 

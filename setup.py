@@ -6,7 +6,8 @@ setup(
     version="0.1.0",
     description="TFX pipeline: fra.txt -> Transformer English-French translator, served.",
     python_requires=">=3.10",
-    packages=find_packages(include=["cli*", "pipeline*", "components*", "transform_module*",
+    packages=find_packages(include=["cli*", "pipeline*", "runners*", "engines*", "inference*",
+                                    "metadata*", "components*", "transform_module*",
                                     "trainer_module*", "schemas*"]),
     package_data={"schemas": ["*.pbtxt"]},
     install_requires=[

@@ -23,9 +23,9 @@ from benchmarks.quality import bucket_of, score
 from components.fra_example_gen.executor import read_split
 from components.tfma_metrics import CorpusStatistics
 from pipeline import config as config_lib
-from pipeline import translate
-from pipeline.evaluate import Progress
-from pipeline.overlap import normalize
+from inference import translate
+from inference.evaluate import Progress
+from inference.overlap import normalize
 
 BOOTSTRAP_SAMPLES = 1000
 # Contractions written out, so "He's not in." and "He is not in." share a key. 's and 'd are

@@ -26,8 +26,8 @@ import statistics
 from benchmarks import results
 from benchmarks.long_sentences import LONG_WORDS
 from benchmarks.paired import read_lines
-from pipeline import evaluate as evaluate_lib
-from pipeline import translate as translate_lib
+from inference import evaluate as evaluate_lib
+from inference import translate as translate_lib
 
 SHORT_WORDS = 12
 _SENTENCE_END = re.compile(r"[.!?…]+[\"'»”]*$")

@@ -27,8 +27,8 @@ import time
 from benchmarks import results
 from benchmarks.gap import bleu_statistics
 from benchmarks.paired import paired_bootstrap, read_lines
-from pipeline import evaluate as evaluate_lib
-from pipeline import translate as translate_lib
+from inference import evaluate as evaluate_lib
+from inference import translate as translate_lib
 
 LONG_WORDS = 30
 # A loop: one word n-gram (n <= 4), or 2-10 letters inside a word ("mélocélocéloc"), three

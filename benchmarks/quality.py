@@ -17,8 +17,8 @@ import time
 from benchmarks import results
 from benchmarks.pipeline_outputs import latest
 from components.fra_example_gen.executor import read_split
-from pipeline import evaluate as evaluate_lib
-from pipeline import translate as translate_lib
+from inference import evaluate as evaluate_lib
+from inference import translate as translate_lib
 from transform_module.preprocessing import LENGTH_BUCKETS
 
 

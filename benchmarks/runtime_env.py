@@ -9,7 +9,7 @@ Reports each child's median ms per step and, per round, the ratio to the first s
 Usage: python benchmarks/runtime_env.py --pipeline-root /work/runs/full [--profile cpu]
            [--precision float32] [--rounds 3] [--steps 10]
            [--setting NAME=VAR=VALUE[,VAR=VALUE...] ...]
-Each child starts from `nmt`'s settings (pipeline/tensorflow_env.py); a setting replaces
+Each child starts from `nmt`'s settings (runners/tensorflow_env.py); a setting replaces
 some. Without --setting: `nmt`'s (oneDNN kernels), TensorFlow's Eigen kernels, and Eigen with
 TensorFlow's pooling (BFC) allocator for CPU tensors instead of malloc.
 """
@@ -27,7 +27,7 @@ from benchmarks import results
 from benchmarks.step_time import parse_variant
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# `nmt`'s settings (pipeline/tensorflow_env.py), which every child starts from, first.
+# `nmt`'s settings (runners/tensorflow_env.py), which every child starts from, first.
 DEFAULT_SETTINGS = ["nmt=", "eigen=TF_ENABLE_ONEDNN_OPTS=0",
                     "eigen_bfc=TF_ENABLE_ONEDNN_OPTS=0,TF_CPU_ALLOCATOR_USE_BFC=true"]
 

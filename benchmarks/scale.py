@@ -16,7 +16,7 @@ generated first if missing) and each Beam mode:
                     replaces nmt's defaults, it does not add to them (cli/run.py)
   flink             --beam-runner flink: Beam's Flink job server with an embedded Flink
                     cluster of one slot per core, and one SDK worker process per slot
-                    (pipeline/flink.py); the JVM's memory counts in peak_rss_mb. Its JVM
+                    (engines/flink.py); the JVM's memory counts in peak_rss_mb. Its JVM
                     heap: flink.JOB_SERVER_HEAP (Java's default in scale_engines*.json)
   flink_heap_1g     the same with JDK_JAVA_OPTIONS=-Xmx1g: a 1 GiB heap whatever the default
   flink_heap_512m   the same with JDK_JAVA_OPTIONS=-Xmx512m
@@ -107,7 +107,7 @@ FLINK_MODES: dict[str, dict] = {
     "flink": {},
     # The JVM's heap set through the java launcher's JDK_JAVA_OPTIONS: measured against
     # Java's default heap (a quarter of the machine's memory), the engine's until then;
-    # pipeline/flink.py now sets the same heap by default (JOB_SERVER_HEAP).
+    # engines/flink.py now sets the same heap by default (JOB_SERVER_HEAP).
     "flink_heap_1g": {"env": {"JDK_JAVA_OPTIONS": "-Xmx1g"}},
     # Half that heap, against the memory bound of two multi_processing workers.
     "flink_heap_512m": {"env": {"JDK_JAVA_OPTIONS": "-Xmx512m"}},
@@ -349,7 +349,8 @@ def component_time(corpus: str, root: str, component: str, wall_s: float) -> dic
     """The component's execution time from ML Metadata, read as `nmt run` reads it for its
     summary (pipeline/run_summary.collect); the process's wall time if that fails."""
     try:
-        from pipeline import config as config_lib, run_summary
+        from pipeline import config as config_lib
+        from runners import run_summary
 
         config = config_lib.PipelineConfig(data_path=corpus, pipeline_root=root)
         facts = run_summary.collect(config, wall_s, component)
@@ -366,7 +367,7 @@ def component_time(corpus: str, root: str, component: str, wall_s: float) -> dic
 
 def examples_facts(root: str) -> dict:
     """Examples per split and the parse counts of the newest ExampleGen output."""
-    from pipeline import metadata
+    from metadata import queries as metadata
 
     store = metadata.connect(metadata.sqlite_config(os.path.join(root, "metadata.sqlite")))
     newest = metadata.list_artifacts(store, "Examples")[0]["properties"]

@@ -15,8 +15,8 @@ import argparse
 import tensorflow as tf
 
 from benchmarks import results
-from pipeline.evaluate import score, write_atomically
-from pipeline.translate import translate
+from inference.evaluate import score, write_atomically
+from inference.translate import translate
 from trainer_module.segmentation import split_sentences
 
 

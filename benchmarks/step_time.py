@@ -22,7 +22,7 @@ import statistics
 import tensorflow as tf
 
 from benchmarks import pipeline_outputs, results
-from pipeline import tensorflow_env
+from runners import tensorflow_env
 from trainer_module import budget, devices, hparams as hparams_lib
 from trainer_module.input_pipeline import make_dataset
 from trainer_module.task import build_keras_model

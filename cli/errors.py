@@ -24,14 +24,14 @@ EXPECTED_ERRORS: tuple[tuple[str, str, int], ...] = (
     ("pipeline.data_source", "DataSourceError", 2),  # no usable fra.txt
     # found before the run (in it: RunError)
     ("components.fra_example_gen.parser", "InputDataError", 2),
-    ("pipeline.translate", "TranslateError", 2),
-    ("pipeline.evaluation_set", "EvaluationSetError", 2),  # a test set nmt evaluate cannot read
-    ("pipeline.metadata", "MetadataError", 2),  # no store, an unknown run or artifact...
-    ("pipeline.kfp_client", "UnsupportedStorageError", 2),  # an s3:// or minio:// path
-    ("pipeline.flink", "EngineError", 2),  # no Java, no job server, no cluster at that address
+    ("inference.translate", "TranslateError", 2),
+    ("inference.evaluation_set", "EvaluationSetError", 2),  # a test set nmt evaluate cannot read
+    ("metadata.queries", "MetadataError", 2),  # no store, an unknown run or artifact...
+    ("runners.kfp_client", "UnsupportedStorageError", 2),  # an s3:// or minio:// path
+    ("engines.flink", "EngineError", 2),  # no Java, no job server, no cluster at that address
     (__name__, "CommandError", 1),
-    ("pipeline.run_lock", "RunError", 1),  # the run failed, or another one holds the root
-    ("pipeline.kfp_client", "KfpError", 1),  # the KFP API refused or is unreachable
+    ("runners.run_lock", "RunError", 1),  # the run failed, or another one holds the root
+    ("runners.kfp_client", "KfpError", 1),  # the KFP API refused or is unreachable
 )
 
 

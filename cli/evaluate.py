@@ -38,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _test_set(args: argparse.Namespace):
     from cli.errors import UsageError
-    from pipeline.evaluation_set import read_aligned, read_tsv
+    from inference.evaluation_set import read_aligned, read_tsv
 
     if bool(args.tsv) == bool(args.source):
         raise UsageError("nmt evaluate takes --source FILE --reference FILE, or --tsv FILE.")
@@ -49,7 +49,7 @@ def _test_set(args: argparse.Namespace):
 
 def _lineage(args: argparse.Namespace, model_dir: str):
     """Where the model learned from, by ML Metadata; a SQLite store is never created here."""
-    from pipeline import evaluate
+    from inference import evaluate
 
     if not args.overlap_check:
         return evaluate.Lineage(missing="--no-overlap-check")
@@ -91,7 +91,8 @@ def print_result(result: dict) -> None:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     test_set = _test_set(args)  # every file checked before the model loads
-    from pipeline import evaluate, translate  # heavy (TF): only when needed
+    from inference import evaluate
+    from inference import translate  # heavy (TF): only when needed
 
     serving_dir = args.model or config_lib.PipelineConfig(
         data_path="", pipeline_name=args.pipeline_name,

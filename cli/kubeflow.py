@@ -21,7 +21,7 @@ from pipeline.training_flags import add_training_flags, training_config
 if TYPE_CHECKING:
     from kfp.pipeline_spec import pipeline_spec_pb2
 
-    from pipeline import kubeflow_runner
+    from runners import kubeflow_runner
 
 _KFP_ENDPOINT_ENV = "KF_PIPELINES_ENDPOINT"  # kfp.Client's own variables
 _KFP_UI_ENDPOINT_ENV = "KF_PIPELINES_UI_ENDPOINT"
@@ -198,7 +198,7 @@ def _add_start_parser(commands: argparse._SubParsersAction, name: str,
 
 
 def _resources(args: argparse.Namespace) -> kubeflow_runner.Resources:
-    from pipeline import kubeflow_runner
+    from runners import kubeflow_runner
 
     return kubeflow_runner.Resources(
         gpus=args.trainer_gpus, gpu_type=args.trainer_gpu_type or kubeflow_runner.DEFAULT_GPU_TYPE,
@@ -206,7 +206,7 @@ def _resources(args: argparse.Namespace) -> kubeflow_runner.Resources:
 
 
 def _beam_resources(args: argparse.Namespace) -> kubeflow_runner.Resources:
-    from pipeline import kubeflow_runner
+    from runners import kubeflow_runner
 
     return kubeflow_runner.Resources(
         cpu_millicores=args.beam_cpu or kubeflow_runner.DEFAULT_BEAM_CPU_MILLICORES,
@@ -216,7 +216,7 @@ def _beam_resources(args: argparse.Namespace) -> kubeflow_runner.Resources:
 
 def _vertex_training(args: argparse.Namespace) -> kubeflow_runner.VertexTraining | None:
     """--trainer-workers N > 1: the Trainer as a Vertex AI custom job over N machines."""
-    from pipeline import kubeflow_runner
+    from runners import kubeflow_runner
 
     if args.trainer_workers <= 1:
         if args.trainer_machine_type:
@@ -239,7 +239,7 @@ def _vertex_training(args: argparse.Namespace) -> kubeflow_runner.VertexTraining
 
 def _beam_args(args: argparse.Namespace) -> tuple[str, ...]:
     if args.beam_runner == "flink":
-        from pipeline import flink
+        from engines import flink
 
         return flink.cluster_beam_args(args.flink_master) + tuple(args.beam_args or ())
     return tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS)
@@ -256,7 +256,7 @@ def _compile_to(args: argparse.Namespace,
         raise UsageError("--beam-runner flink and --flink-master go together when compiling: "
                          "a Kubeflow task has no Flink of its own.")
     _check_storage(args)
-    from pipeline import kubeflow_runner  # heavy (TFX, TF): only when needed
+    from runners import kubeflow_runner  # heavy (TFX, TF): only when needed
 
     config = config_lib.PipelineConfig(
         data_path=args.data, pipeline_name=args.pipeline_name, pipeline_root=args.pipeline_root,
@@ -273,7 +273,7 @@ def _compile_to(args: argparse.Namespace,
 
 def _check_storage(args: argparse.Namespace) -> None:
     """The storage flags (and a data_root --param) name paths every pod can use."""
-    from pipeline.kfp_client import check_storage
+    from runners.kfp_client import check_storage
 
     check_storage(("--pipeline-root", args.pipeline_root), ("--data", args.data),
                   *[("--param data_root", p.partition("=")[2]) for p in getattr(args, "param", [])
@@ -334,7 +334,8 @@ def _compile(args: argparse.Namespace) -> int:
 
 def _start_on_vertex(args: argparse.Namespace, recurring: bool) -> int:
     """submit/schedule --backend vertex: a PipelineJob, or its schedule."""
-    from pipeline import kfp_client, vertex_client
+    from runners import kfp_client
+    from runners import vertex_client
 
     if not args.project:
         raise UsageError(f"--backend vertex needs --project (or ${_PROJECT_ENV})")
@@ -357,7 +358,7 @@ def _start_on_vertex(args: argparse.Namespace, recurring: bool) -> int:
 
 def _start(args: argparse.Namespace, recurring: bool) -> int:
     """Shared by submit and schedule: package, endpoint, parameters; then one call."""
-    from pipeline import kfp_client
+    from runners import kfp_client
 
     if args.backend == "vertex":
         return _start_on_vertex(args, recurring)

@@ -10,7 +10,7 @@ import sys
 if not {"-v", "--verbose"} & set(sys.argv[1:]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from pipeline import tensorflow_env
+from runners import tensorflow_env
 
 tensorflow_env.apply_defaults()  # also before TF loads: its oneDNN kernels
 
@@ -21,7 +21,7 @@ import warnings
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
 
 from cli import errors, evaluate, kubeflow, metadata, report, run, translate
-from pipeline import logs
+from runners import logs
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@
 The store is the local SQLite one of the pipeline root by default; --mysql-* or --grpc-* flags
 read a MySQL-backed store or an MLMD gRPC server instead (as Kubeflow deploys it). Runs written
 by `nmt run` (TFX's LocalDagRunner) and by Kubeflow Pipelines v2 are both understood: the
-layout is told from the store (pipeline.metadata). TensorFlow and TFMA load only when a command
+layout is told from the store (metadata.queries). TensorFlow and TFMA load only when a command
 needs them (metrics), so `runs` stays fast. The store flags are `nmt report`'s too.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 from typing import Any, Callable
 
 from pipeline import config as config_lib
-from pipeline import metadata
-from pipeline.signatures import signature
+from metadata import queries as metadata
+from metadata.signatures import signature
 
 MYSQL_PASSWORD_ENV = "NMT_MYSQL_PASSWORD"
 Columns = list[tuple[str, str]]  # (row key, header)

@@ -1,12 +1,12 @@
 """`nmt report [RUN]`: an HTML report of a run from ML Metadata: loss curves, BLEU by length,
-sample translations, attention (pipeline/report.py writes it)."""
+sample translations, attention (metadata/report.py writes it)."""
 from __future__ import annotations
 
 import argparse
 import os
 
 from cli.metadata import pipeline_root, store_config, store_flags
-from pipeline import metadata
+from metadata import queries as metadata
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from pipeline import report  # heavy (TF, matplotlib): only when needed
+    from metadata import report  # heavy (TF, matplotlib): only when needed
 
     store = metadata.connect(store_config(args))
     run_id = metadata.get_run(store, args.run)["run"]

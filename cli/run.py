@@ -10,7 +10,8 @@ from components.fra_example_gen import parser
 from components.fra_example_gen.splits import parse_split_percentages
 from cli.errors import UsageError
 from pipeline import config as config_lib
-from pipeline import data_source, run_lock
+from pipeline import data_source
+from runners import run_lock
 from pipeline.training_flags import add_training_flags, positive_int, training_config
 from transform_module.tokens import DEFAULT_TOKENIZER, TOKENIZERS
 
@@ -98,14 +99,14 @@ def run_command(args: argparse.Namespace) -> int:
         enable_cache=not args.no_cache, **kwargs)
     engine = contextlib.nullcontext()
     if args.beam_runner == "flink":
-        from pipeline import flink
+        from engines import flink
 
         jar = flink.check(args.flink_master)  # no Java, no cluster: before anything is written
         engine = flink.flink_engine(os.path.join(config.pipeline_root, "flink"), jar,
                                     args.flink_master)
     with run_lock.pipeline_root_lock(config.pipeline_root), engine as started:
         from components.strict_example_validator import DataValidationError
-        from pipeline import local_runner
+        from runners import local_runner
 
         if started is not None:
             config = dataclasses.replace(

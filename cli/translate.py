@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def translate_command(args: argparse.Namespace) -> int:
-    from pipeline import translate  # heavy (TF): only when needed
+    from inference import translate  # heavy (TF): only when needed
 
     serving_dir = args.model or config_lib.PipelineConfig(
         data_path="", pipeline_name=args.pipeline_name,

@@ -30,7 +30,8 @@ MODULES = (
     "trainer_module.task",  # run_fn
     "transform_module.preprocessing",  # preprocessing_fn
     "sentencepiece",  # its SentencePiece learner, imported when that tokenizer runs
-    "components.tfma_metrics",  # the Evaluator's metrics
+    "components.tfma_metrics",  # the Evaluator's metrics: BLEU, chrF
+    "components.token_metrics",  # and token accuracy, perplexity
     "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
     "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver",
 )
@@ -50,7 +51,7 @@ def main(image_schema_file: str | None = None) -> int:
             importlib.import_module(module)
         except ImportError as err:
             problems.append(f"module {module}: {err}")
-    from pipeline.kubeflow_runner import IMAGE_SCHEMA_FILE
+    from runners.kubeflow_runner import IMAGE_SCHEMA_FILE
     from schemas import SCHEMA_FILE
 
     image_schema_file = image_schema_file or IMAGE_SCHEMA_FILE

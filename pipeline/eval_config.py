@@ -10,6 +10,7 @@ from trainer_module.export import EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE, TRANS
 from transform_module.preprocessing import FRENCH, LENGTH_BUCKET
 
 METRICS_MODULE = "components.tfma_metrics"
+TOKEN_METRICS_MODULE = "components.token_metrics"
 
 
 def make_eval_config(min_bleu: float, max_drop: float) -> tfma.EvalConfig:
@@ -47,8 +48,8 @@ def make_eval_config(min_bleu: float, max_drop: float) -> tfma.EvalConfig:
                                   tfma.MetricThreshold(change_threshold=not_worse))),
             tfma.MetricConfig(class_name="CorpusBleu", module=METRICS_MODULE),
             tfma.MetricConfig(class_name="CorpusChrf", module=METRICS_MODULE),
-            tfma.MetricConfig(class_name="TokenAccuracy", module=METRICS_MODULE),
-            tfma.MetricConfig(class_name="Perplexity", module=METRICS_MODULE),
+            tfma.MetricConfig(class_name="TokenAccuracy", module=TOKEN_METRICS_MODULE),
+            tfma.MetricConfig(class_name="Perplexity", module=TOKEN_METRICS_MODULE),
         ])])
 
 

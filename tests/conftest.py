@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from pipeline import tensorflow_env
+from runners import tensorflow_env
 
 tensorflow_env.apply_defaults()  # before TensorFlow loads: the tests run it as `nmt` does
 

@@ -7,7 +7,7 @@ backend uses, kubeflow/pipelines backend/src/v2/metadata/client.go (KFP 2.x): Ge
 CreateExecution, PrePublishExecution, RecordArtifact, PublishExecution,
 GetOutputArtifactsByExecutionId, and converter.go's StructValueToMLMDValue. `run_pipeline`
 plays the driver and the launcher over the root DAG of the PipelineSpec that
-`nmt kubeflow compile` writes (pipeline.kubeflow_runner.compile_pipeline), in the task order
+`nmt kubeflow compile` writes (runners.kubeflow_runner.compile_pipeline), in the task order
 and with the cache key that tests/kfp_launcher.py uses too (tests/kfp_dag.py):
 
 - backend/src/v2/driver/driver.go RootDAG: the pipeline and run contexts, and the run's
@@ -460,7 +460,7 @@ class Run:
 
 def compile_spec(root: str, data_path: str) -> Any:
     """This pipeline as `nmt kubeflow compile --backend kfp` compiles it (no resolver)."""
-    from pipeline import kubeflow_runner
+    from runners import kubeflow_runner
     from pipeline.config import PipelineConfig
 
     config = PipelineConfig(data_path=data_path, pipeline_root=root, profile="smoke",

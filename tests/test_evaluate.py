@@ -15,7 +15,7 @@ import sacrebleu
 
 from components.fra_example_gen.executor import read_split
 from helpers import open_store, run_nmt, serving_dir
-from pipeline import metadata
+from metadata import queries as metadata
 
 DEV_LINES = 60
 

@@ -7,8 +7,8 @@ import pytest
 
 from cli import errors
 from cli.main import build_parser
-from pipeline import overlap
-from pipeline.evaluation_set import EvaluationSetError, read_aligned, read_tsv
+from inference import overlap
+from inference.evaluation_set import EvaluationSetError, read_aligned, read_tsv
 
 
 def write(path, data: bytes) -> str:
@@ -129,13 +129,13 @@ def test_progress_gives_rate_and_eta_from_the_first_translated_batch(caplog):
     import io
     import logging
 
-    from pipeline.evaluate import PROGRESS_EVERY_S, Progress
+    from inference.evaluate import PROGRESS_EVERY_S, Progress
 
     now = [0.0]
     progress = Progress(640, stream=io.StringIO(), clock=lambda: now[0])
     now[0] = 30.0
     progress(0)  # the model is loaded
-    with caplog.at_level(logging.INFO, logger="pipeline.evaluate"):
+    with caplog.at_level(logging.INFO, logger="inference.evaluate"):
         now[0] += PROGRESS_EVERY_S + 2.0
         progress(64)
         now[0] += 1.0

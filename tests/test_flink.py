@@ -19,7 +19,7 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from helpers import (REPO, last_line, latest_artifact, open_store, run_nmt,
                      smoke_args, split_records, versions)
-from pipeline import flink
+from engines import flink
 
 FLINK = ("--beam-runner", "flink")
 TRAIN_STEPS = 20  # the model only has to train, be evaluated and pushed
@@ -48,7 +48,7 @@ def _sdk_workers() -> list[int]:
 def _engine_processes(root: str) -> list[int]:
     """The job server of a run under `root` (its artifacts directory is there), and any
     worker pool or SDK worker (the tests of this module run one at a time)."""
-    return (_processes(flink.LAUNCHER_JAR, root) + _processes("-m", "pipeline.worker_pool")
+    return (_processes(flink.LAUNCHER_JAR, root) + _processes("-m", "engines.worker_pool")
             + _sdk_workers())
 
 

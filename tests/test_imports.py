@@ -7,8 +7,19 @@ import os
 
 from helpers import REPO
 
-PACKAGES = ("cli", "pipeline", "components", "transform_module", "trainer_module",
-            "schemas")
+# The top-level folders, lowest first: a module imports only from its own folder and from
+# folders below it, so dependencies point one way (README, "Layout"). Folders on one line
+# are peers that do not import each other.
+LAYERS = (
+    ("schemas", "transform_module", "components"),
+    ("trainer_module",),
+    ("pipeline",),  # the pipeline's definition: what create_pipeline needs
+    ("engines", "metadata"),  # Beam's engines; reading ML Metadata and reporting on runs
+    ("inference",),  # using a trained model: translate, evaluate
+    ("runners",),  # running the pipeline locally or on Kubeflow / Vertex AI
+    ("cli",),  # the `nmt` command, on top of everything
+)
+PACKAGES = tuple(package for layer in LAYERS for package in layer)
 
 
 def project_imports() -> dict[str, set[str]]:
@@ -74,6 +85,35 @@ def test_no_import_cycle_among_the_project_modules():
     graph = project_imports()
     assert {"cli.main", "trainer_module.task", "components.atomic_pusher"} <= set(graph)
     assert cycles(graph) == []
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """'a.x -> b.y' for each import of a folder that is not below the importer's (LAYERS)."""
+    rank = {package: level for level, layer in enumerate(LAYERS) for package in layer}
+    found = []
+    for module, imports in sorted(graph.items()):
+        here = module.split(".")[0]
+        for name in sorted(imports):
+            there = name.split(".")[0]
+            if there != here and rank[there] >= rank[here]:
+                found.append(f"{module} -> {name}")
+    return found
+
+
+def test_the_direction_check_finds_an_upward_and_a_sideways_import():
+    graph = {"pipeline.pipeline": {"runners.local_runner", "components.atomic_pusher"},
+             "engines.flink": {"metadata.queries"}, "cli.run": {"runners.local_runner"},
+             "runners.local_runner": {"pipeline.pipeline", "engines.flink"}}
+    assert upward_imports(graph) == ["engines.flink -> metadata.queries",
+                                     "pipeline.pipeline -> runners.local_runner"]
+
+
+def test_dependencies_point_down_the_layers():
+    """The CLI uses everything; the runners use the pipeline; nothing in the pipeline's
+    definition imports a runner, an engine, a client or the CLI."""
+    graph = project_imports()
+    assert {m.split(".")[0] for m in graph} == set(PACKAGES)  # every folder is in a layer
+    assert upward_imports(graph) == []
 
 
 def test_the_commands_sit_on_top_one_module_per_subcommand():

@@ -26,7 +26,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from conftest import REPO
 from helpers import send_json
-from pipeline import kfp_client, kubeflow_runner
+from runners import kfp_client
+from runners import kubeflow_runner
 from pipeline.config import PipelineConfig
 from cli import errors, kubeflow
 from trainer_module.settings import SettingsError, TrainerSettings
@@ -151,7 +152,7 @@ def test_beam_resources_are_flags_and_limits_on_vertex(tmp_path):
 
 def test_flink_tasks_run_beams_flinkrunner_on_the_cluster_with_the_images_job_server(tmp_path,
                                                                                   capsys):
-    from pipeline import flink
+    from engines import flink
 
     path = str(tmp_path / "flink.yaml")
     flags = [f for f in COMPILE_FLAGS if not f.startswith("--beam-arg")]

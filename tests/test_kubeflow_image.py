@@ -19,7 +19,8 @@ from packaging.utils import canonicalize_name
 
 from conftest import REPO
 from kfp_launcher import read_spec
-from pipeline import kubeflow_runner, tensorflow_env
+from runners import kubeflow_runner
+from runners import tensorflow_env
 from test_kubeflow import COMPILE_FLAGS, executors, nmt_kubeflow
 
 sys.path.insert(0, os.path.join(REPO, "docker"))
@@ -119,6 +120,6 @@ def test_the_wheel_the_image_installs_contains_the_schema(tmp_path):
     [wheel] = os.listdir(tmp_path / "wheels")
     names = zipfile.ZipFile(tmp_path / "wheels" / wheel).namelist()
     assert "schemas/schema.pbtxt" in names
-    assert {"pipeline/kubeflow_runner.py", "trainer_module/task.py",
+    assert {"runners/kubeflow_runner.py", "trainer_module/task.py",
             "components/fra_example_gen/executor.py"} <= set(names)
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/"))]

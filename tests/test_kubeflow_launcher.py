@@ -15,7 +15,8 @@ from google.protobuf import json_format
 
 from conftest import run_nmt
 from kfp_launcher import LauncherError, LocalPipelineRun, TaskRun, read_spec
-from pipeline import kfp_client, kubeflow_runner
+from runners import kfp_client
+from runners import kubeflow_runner
 from pipeline.config import PipelineConfig
 
 IMAGE = "nmt-fra-eng:launcher-test"
@@ -171,7 +172,7 @@ def test_translate_reads_a_serving_directory_through_tf_io_gfile(world):
     own gfile path; the subprocess test above translates with it)."""
     import tensorflow as tf
 
-    from pipeline import translate
+    from inference import translate
 
     pushed = metadata(world.tasks["AtomicPusher"].artifact("pushed_model"))
     serving = "ram://serving/nmt-fra-eng"

@@ -1,5 +1,5 @@
-"""The console log: library noise filtered unless -v (pipeline/logs.py), and the summary that
-ends a run (pipeline/run_summary.py). The summary of a real run is checked in
+"""The console log: library noise filtered unless -v (runners/logs.py), and the summary that
+ends a run (runners/run_summary.py). The summary of a real run is checked in
 test_pipeline_e2e.py."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import sacrebleu
 
 from helpers import REPO
-from pipeline.run_summary import (ComponentTime, RunFacts, Verdict, nmt_command,
+from runners.run_summary import (ComponentTime, RunFacts, Verdict, nmt_command,
                                   summary_lines)
 
 # Each noise source called the way the pipeline calls it, in a fresh process with nmt's
@@ -28,7 +28,7 @@ from tfx.components.util import examples_utils
 from tfx.orchestration.portable.input_resolution import channel_resolver
 from tfx.proto.orchestration import pipeline_pb2
 from tfx.types import standard_artifacts
-from pipeline import logs
+from runners import logs
 
 logs.configure(verbose=sys.argv[1] == "-v")
 store = mlmd.MetadataStore(metadata_store_pb2.ConnectionConfig(

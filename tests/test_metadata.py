@@ -25,7 +25,7 @@ from PIL import Image
 from conftest import SMOKE_TRAIN_STEPS, SmokeRun
 from cli import errors, report
 from cli import metadata as metadata_cli
-from pipeline import metadata
+from metadata import queries as metadata
 from trainer_module.hparams import PROFILES
 
 UPSTREAM = ("FraTxtExampleGen", "ImportSchemaGen", "StatisticsGen", "StrictExampleValidator",

@@ -20,7 +20,7 @@ from ml_metadata.proto import metadata_store_pb2
 import kfp_store
 import mysql_server
 from conftest import run_nmt
-from pipeline import metadata
+from metadata import queries as metadata
 from test_metadata import error, nmt, query
 
 TRAINED, WORSE, BROKEN = kfp_store.SCENARIO_NAMES

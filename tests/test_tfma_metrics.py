@@ -19,7 +19,7 @@ from tensorflow_model_analysis.api import types as tfma_types
 from tensorflow_model_analysis.metrics import metric_specs
 from tensorflow_model_analysis.metrics import metric_types
 
-from components import tfma_metrics
+from components import tfma_metrics, token_metrics
 from pipeline.eval_config import make_eval_config
 from components.tfma_metrics import CorpusBleu, CorpusChrf
 
@@ -567,8 +567,8 @@ def test_token_accuracy_and_perplexity_are_exact_corpus_ratios_on_any_partition(
         'token_correct': np.array([correct]), 'token_count': np.array([count])})
         for nll, correct, count in per_example]
     nll, correct, count = (sum(column) for column in zip(*per_example))
-    expected = {tfma_metrics.TokenAccuracy: correct / count,
-                tfma_metrics.Perplexity: float(np.exp(nll / count))}
+    expected = {token_metrics.TokenAccuracy: correct / count,
+                token_metrics.Perplexity: float(np.exp(nll / count))}
     for metric_class, value in expected.items():
         combiner, key = _token_combiner(metric_class)
         parts = []
@@ -583,7 +583,7 @@ def test_token_accuracy_and_perplexity_are_exact_corpus_ratios_on_any_partition(
 
 def test_token_metrics_of_a_model_without_the_sums_are_nan_with_a_warning(caplog):
     """A baseline exported before the token sums existed must not fail the evaluation."""
-    combiner, key = _token_combiner(tfma_metrics.TokenAccuracy)
+    combiner, key = _token_combiner(token_metrics.TokenAccuracy)
     with_sums = metric_types.StandardMetricInputs(predictions={
         'translation': np.array([b'x']), 'token_nll': np.array([1.0]),
         'token_correct': np.array([1.0]), 'token_count': np.array([2.0])})

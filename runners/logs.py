@@ -15,7 +15,8 @@ import re
 import subprocess
 import sys
 
-_OUR_PACKAGES = ("cli", "pipeline", "components", "transform_module", "trainer_module")
+_OUR_PACKAGES = ("cli", "pipeline", "runners", "engines", "inference", "metadata", "components",
+                 "transform_module", "trainer_module")
 # Where those packages are (a library's own "components/" directory is not ours).
 _PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace(os.sep, "/")
 _TFX_PROGRESS = re.compile(r"^(Component .* is (running|finished)|A cached execution)")

@@ -19,7 +19,7 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import base_beam_executor, executor_spec
 
 from pipeline.config import PipelineConfig, pipeline_arguments
-from pipeline.kfp_client import check_storage
+from runners.kfp_client import check_storage
 from pipeline.pipeline import create_pipeline
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec

@@ -2,7 +2,7 @@
 
 One run at a time per pipeline root (run_lock). A run that fails because the disk is full
 says so in one sentence; TFX has already removed the failed component's output. A run that
-completes ends with a summary (pipeline/run_summary.py): times per component, BLEU and chrF,
+completes ends with a summary (runners/run_summary.py): times per component, BLEU and chrF,
 the blessing (which thresholds a rejected model missed), the pushed version, what to do next.
 """
 from __future__ import annotations
@@ -20,13 +20,13 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.utils import dependency_utils
 
-from pipeline import flink
-from pipeline import metadata as metadata_lib
-from pipeline import run_summary
+from engines import flink
+from metadata import queries as metadata_lib
+from runners import run_summary
 from pipeline.config import PipelineConfig, pipeline_arguments
-from pipeline.flink import FlinkEngine
+from engines.flink import FlinkEngine
 from pipeline.pipeline import create_pipeline
-from pipeline.run_lock import RunError
+from runners.run_lock import RunError
 
 _LOG = logging.getLogger(__name__)
 _LAST_COMPONENT = "AtomicPusher"  # --to this one is a complete run

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
-from pipeline.kfp_client import KfpError, Package, default_run_name
+from runners.kfp_client import KfpError, Package, default_run_name
 
 _CONSOLE = "https://console.cloud.google.com/vertex-ai"
 

@@ -22,8 +22,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  registers the ops of the Transform graph in the model
 
-from pipeline import metadata  # noqa: E402
-from pipeline.signatures import signature  # noqa: E402
+from metadata import queries as metadata  # noqa: E402
+from metadata.signatures import signature  # noqa: E402
 from trainer_module.settings import HISTORY_FILE  # noqa: E402
 from components.fra_example_gen.executor import read_split  # noqa: E402
 from transform_module.preprocessing import RESERVED_TOKENS  # noqa: E402

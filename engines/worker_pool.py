@@ -4,7 +4,7 @@ Beam's own `worker_pool_main` listens on every network interface without authent
 a shared network anyone could ask it to start a worker that runs their code. This serves the
 same servicer (one `python` SDK worker process per request) on localhost.
 
-    python -m pipeline.worker_pool --port=PORT
+    python -m engines.worker_pool --port=PORT
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 was blessed (and if not, which thresholds it missed), where it was pushed, what to do next.
 
 `summary_lines` builds them from plain data (`RunFacts`); `collect` reads that data from ML
-Metadata (pipeline.metadata) after a run.
+Metadata (metadata.queries) after a run.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import shutil
 import sys
 from typing import Callable, Sequence
 
-from pipeline import metadata
+from metadata import queries as metadata
 from pipeline.config import PIPELINE_NAME, PipelineConfig, default_pipeline_root
-from pipeline.signatures import signature
+from metadata.signatures import signature
 
 
 @dataclasses.dataclass(frozen=True)

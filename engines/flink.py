@@ -301,9 +301,9 @@ def _start(command: list[str], log_path: str, env: dict[str, str] | None = None
 
 
 def worker_pool_command(port: int) -> list[str]:
-    """Beam's worker pool, on localhost only (pipeline/worker_pool.py): it starts one
+    """Beam's worker pool, on localhost only (engines/worker_pool.py): it starts one
     `python` SDK worker process per request."""
-    return [sys.executable, "-m", "pipeline.worker_pool", f"--port={port}"]
+    return [sys.executable, "-m", "engines.worker_pool", f"--port={port}"]
 
 
 def java_options() -> str:

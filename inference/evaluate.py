@@ -3,7 +3,7 @@ scored, with every line, the lines whose English the model trained on, and the o
 
 The scores are sacreBLEU's own `corpus_score` on the model's translations, so they equal what
 sacreBLEU's command line prints for the hypotheses file. Seen and unseen lines come from the
-training-overlap check (pipeline/overlap.py) on the train split the model's ML Metadata
+training-overlap check (inference/overlap.py) on the train split the model's ML Metadata
 lineage names; a model without lineage (a copied SavedModel) is scored on all lines only.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import sacrebleu
 
-from pipeline import overlap as overlap_lib
-from pipeline.evaluation_set import EvaluationSet
+from inference import overlap as overlap_lib
+from inference.evaluation_set import EvaluationSet
 
 _LOG = logging.getLogger(__name__)
 # Seconds between two progress lines when stderr is not a terminal (a log file, CI).
@@ -107,7 +107,7 @@ def write_atomically(path: str, lines: list[str]) -> None:
 
 def training_lineage(store_config, model_dir: str) -> Lineage:
     """The train split of the model in `model_dir`, from an ML Metadata store."""
-    from pipeline import metadata
+    from metadata import queries as metadata
 
     try:
         found = metadata.training_examples(metadata.connect(store_config), model_dir)
@@ -130,7 +130,7 @@ def training_sentences(train_split: str) -> list[str]:
 def evaluate(test_set: EvaluationSet, model_dir: str, beam: int | None, lineage: Lineage,
              hypotheses_path: str | None = None) -> dict[str, Any]:
     """Translates the test set, checks it against training and scores it: the --json result."""
-    from pipeline import translate
+    from inference import translate
 
     checked = None
     if lineage.train_split:
