@@ -440,7 +440,7 @@ def estimate_s(step: tuple[int, str, str], done: dict[tuple[int, str, str], floa
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser, sizes: str) -> None:
-    """The sizes, Beam modes and corpora of a scaling benchmark (this one, runner_memory.py)."""
+    """The sizes, Beam modes and corpora of a scaling benchmark."""
     parser.add_argument("--sizes", default=sizes, help="corpus sizes K (x fra.txt)")
     parser.add_argument("--modes", default="multi_processing,in_memory",
                         help="Beam modes: " + ", ".join(MODES))

@@ -1,7 +1,7 @@
-"""Every script in benchmarks/ and benchmarks/experiments/ still imports: the scripts run
-rarely, so a moved or renamed module they use would otherwise go unnoticed until the next
-measurement. Importing runs no benchmark (each script's work is behind `__main__`). And the
-decoding-speed benchmark has measured the decoding code as it is now."""
+"""Every script in benchmarks/ still imports: the scripts run rarely, so a moved or renamed
+module they use would otherwise go unnoticed until the next measurement. Importing runs no
+benchmark (each script's work is behind `__main__`). And the decoding-speed benchmark has
+measured the decoding code as it is now."""
 from __future__ import annotations
 
 import importlib
@@ -12,26 +12,28 @@ import pytest
 
 from helpers import REPO
 
-PACKAGES = ("benchmarks", "benchmarks.experiments")
+PACKAGE = "benchmarks"
 
 
 def benchmark_modules() -> list[str]:
-    """The dotted name of every .py file in the benchmark packages (a package's __init__ as
-    the package)."""
-    names = []
-    for package in PACKAGES:
-        directory = os.path.join(REPO, *package.split("."))
-        for name in sorted(os.listdir(directory)):
-            if name.endswith(".py"):
-                module = name[:-3]
-                names.append(package if module == "__init__" else f"{package}.{module}")
-    return names
+    """The dotted name of every .py file in benchmarks/ (its __init__ as the package)."""
+    directory = os.path.join(REPO, PACKAGE)
+    return [PACKAGE if name == "__init__.py" else f"{PACKAGE}.{name[:-3]}"
+            for name in sorted(os.listdir(directory)) if name.endswith(".py")]
 
 
-def test_the_benchmark_packages_hold_the_scripts():
+def test_the_benchmark_package_holds_the_scripts():
     modules = benchmark_modules()
-    assert {"benchmarks.quality", "benchmarks.time_curve", "benchmarks.plot_curves",
-            "benchmarks.experiments", "benchmarks.experiments.tokenizers"} <= set(modules)
+    assert {"benchmarks", "benchmarks.quality", "benchmarks.time_curve",
+            "benchmarks.plot_curves", "benchmarks.figures"} <= set(modules)
+
+
+def test_benchmarks_has_no_subpackage():
+    """Scripts whose figures are history only are not kept in the tree (docs/benchmarks-history.md
+    names the commit and path of each); benchmarks/ is one flat package of today's scripts."""
+    directory = os.path.join(REPO, PACKAGE)
+    assert not [name for name in os.listdir(directory)
+                if os.path.isfile(os.path.join(directory, name, "__init__.py"))]
 
 
 @pytest.mark.parametrize("module", benchmark_modules())
