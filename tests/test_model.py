@@ -128,13 +128,62 @@ def uncached_greedy_decode(model: Transformer, source_ids: tf.Tensor,
     limits, loop_length = decoding._per_sentence(max_length, source_ids)
     memory, source_mask = model.encode(source_ids)
 
-    def next_logits(last_tokens, step, prefix):
+    def next_logits(last_tokens, step, state):
+        prefix, memory, source_mask = state  # all per sentence: rows leave as they end
         prefix = decoding._write_at(prefix, last_tokens, step)
         logits, _ = model.decode(prefix[:, :step + 1], memory, source_mask)
-        return logits[:, -1], prefix
+        return logits[:, -1], (prefix, memory, source_mask)
 
     prefix = tf.zeros([tf.shape(source_ids)[0], loop_length], tf.int32)
-    return decoding._greedy_loop(next_logits, prefix, limits, loop_length)
+    return decoding._greedy_loop(next_logits, (prefix, memory, source_mask), limits,
+                                 loop_length)
+
+
+def test_a_sentence_leaves_the_greedy_batch_when_it_ends(model, sources):
+    """Each sentence costs one row-step per token it writes: the decoder computes no row of a
+    sentence that has ended (or that has no token to write), whatever else the batch holds."""
+    rows_computed = tf.Variable(0)
+
+    def counting_step(last_tokens, step, cache):
+        rows_computed.assign_add(tf.shape(last_tokens)[0])
+        return model.decode_step(last_tokens, step, cache)
+
+    limits = tf.constant([3, 9, 0, 14, 6])  # a row with no step at all, and uneven ends
+
+    @graph_function
+    def decode(ids):
+        memory, source_mask = model.encode(ids)
+        cache = model.init_cache(memory, source_mask, tf.reduce_max(limits))
+        return decoding._greedy_loop(counting_step, cache, limits, tf.reduce_max(limits))
+
+    tokens, _ = decode(sources)
+    ref_tokens, _ = graph_function(lambda ids: decoding.greedy_decode(model, ids, limits))(
+        sources)
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    written = np.sum(tokens.numpy() != PAD_ID)  # up to and with END_ID, or to the limit
+    assert int(rows_computed.numpy()) == written
+    assert written < tokens.shape[0] * tokens.shape[1]  # some sentences did end early
+
+
+def test_a_sentence_leaves_the_beam_batch_when_it_is_done(model, sources):
+    """A sentence's beams stop costing compute once it is done: at most its limit's steps of
+    beam_width rows each, whatever the longest limit of the batch."""
+    rows_computed = tf.Variable(0)
+    decode_step = model.decode_step
+
+    def counting_step(last_tokens, step, cache, training=False):
+        rows_computed.assign_add(tf.shape(last_tokens)[0])
+        return decode_step(last_tokens, step, cache, training)
+
+    limits = tf.constant([3, 9, 0, 14, 6])
+    model.decode_step = counting_step
+    try:
+        tokens, _ = graph_function(lambda ids: decoding.beam_search_decode(
+            model, ids, limits, beam_width=3, alpha=0.6))(sources)
+    finally:
+        del model.decode_step
+    assert int(rows_computed.numpy()) <= 3 * int(tf.reduce_sum(limits))  # 96, not 3 * 5 * 14
+    assert not tokens.numpy()[2].any() and np.sum(tokens.numpy()[0] != PAD_ID) <= 3
 
 
 @pytest.mark.parametrize("positions", ["absolute", "rotary"])

@@ -167,33 +167,59 @@ def _per_sentence(max_length: tf.Tensor | int,
     return limits, tf.maximum(tf.reduce_max(limits), 0)
 
 
+def _rows(structure: Any, keep: tf.Tensor) -> Any:
+    """Rows `keep` [A'] of every tensor of `structure`, all of them batch-first."""
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, keep), structure)
+
+
+def _any_batch(structure: Any) -> Any:
+    """The shape invariants of batch-first loop state whose batch shrinks."""
+    return tf.nest.map_structure(lambda tensor: tf.TensorShape([None]).concatenate(
+        tensor.shape[1:]), structure)
+
+
 def _greedy_loop(next_logits: NextLogits, state: Any, limits: tf.Tensor,
                  loop_length: tf.Tensor, loop_ngram: int = 0, loop_repeats: int = 0,
                  spelling: PieceSpelling | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Argmax decoding, from `next_logits` (tests/test_model.py also gives it an uncached
-    one); stops when all finished."""
+    one), whose `state` is batch-first.
+
+    A sentence leaves the batch at the step it ends: later steps run on the rows still
+    translating (their rows of `state` gathered), so a batch costs the sum of its translations'
+    lengths, not its size times the longest one's."""
     batch_size = tf.shape(limits)[0]
 
-    def body(step, last_tokens, finished, scores, tokens, state):
+    def body(step, rows, last_tokens, tokens, scores, state):
+        # rows [A]: the sentences still translating, in order; tokens [B, L], scores [B]: all
         logits, state = next_logits(last_tokens, step, state)
         log_probs = _next_token_log_probs(logits)
         if loop_ngram and loop_repeats:
-            log_probs = tf.where(loop_bans(tokens, step, logits.shape[-1], loop_ngram,
-                                           loop_repeats, spelling), _NEG_INF, log_probs)
+            log_probs = tf.where(loop_bans(tf.gather(tokens, rows), step, logits.shape[-1],
+                                           loop_ngram, loop_repeats, spelling),
+                                 _NEG_INF, log_probs)
         best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        best_log_probs = tf.gather(log_probs, best, batch_dims=1)
-        best = tf.where(finished, PAD_ID, best)
-        scores += tf.where(finished, 0.0, best_log_probs)
-        tokens = _write_at(tokens, best, step)
-        finished |= tf.equal(best, END_ID) | (step + 1 >= limits)
-        return step + 1, best, finished, scores, tokens, state
+        tokens = tf.tensor_scatter_nd_update(
+            tokens, tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1), best)
+        scores = tf.tensor_scatter_nd_add(scores, rows[:, None],
+                                          tf.gather(log_probs, best, batch_dims=1))
+        going = tf.not_equal(best, END_ID) & (step + 1 < tf.gather(limits, rows))
+        rows, best, state = tf.cond(
+            tf.reduce_all(going), lambda: (rows, best, state),
+            lambda: _rows((rows, best, state), tf.where(going)[:, 0]))
+        return step + 1, rows, best, tokens, scores, state
 
-    def cond(step, last_tokens, finished, *_):
-        return (step < loop_length) & ~tf.reduce_all(finished)
+    def cond(step, rows, *_):
+        return (step < loop_length) & (tf.size(rows) > 0)
 
-    step, _, _, scores, tokens, _ = tf.while_loop(cond, body, (
-        tf.constant(0), tf.fill([batch_size], START_ID), limits <= 0,
-        tf.zeros([batch_size]), tf.zeros([batch_size, loop_length], tf.int32), state))
+    starting = limits > 0
+    rows, state = tf.cond(tf.reduce_all(starting), lambda: (tf.range(batch_size), state),
+                          lambda: _rows((tf.range(batch_size), state), tf.where(starting)[:, 0]))
+    initial = (tf.constant(0), rows, tf.fill(tf.shape(rows), START_ID),
+               tf.fill([batch_size, loop_length], PAD_ID), tf.zeros([batch_size]), state)
+    step, _, _, tokens, scores, _ = tf.while_loop(
+        cond, body, initial, shape_invariants=(
+            tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None]),
+            initial[3].shape, initial[4].shape, _any_batch(state)))
     return tokens[:, :step], scores
 
 
@@ -237,14 +263,21 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
     limits, loop_length = _per_sentence(max_length, source_ids)
     batch_size = tf.shape(source_ids)[0]
     memory, source_mask = model.encode(source_ids)
-    # Beams of a sentence are consecutive rows: [B * beam_width, ...].
+    # Beams of a sentence are consecutive rows: [A * beam_width, ...] for the A sentences still
+    # searching; a sentence's beams leave the batch at the step it is done.
     cache = model.init_cache(tf.repeat(memory, beam_width, axis=0),
                              tf.repeat(source_mask, beam_width, axis=0), loop_length)
     candidates = 2 * beam_width  # at most beam_width of them end in END_ID: enough remain alive
     first_rank = tf.range(candidates) < beam_width
 
-    def body(step, alive_tokens, alive_log_probs, alive_last, cache,
-             finished_tokens, finished_scores, done):
+    def beams(sentences: tf.Tensor) -> tf.Tensor:
+        """[A'] indices of sentences among the A -> [A' * beam_width] rows of their beams."""
+        return tf.reshape(sentences[:, None] * beam_width + tf.range(beam_width, dtype=
+                                                                     sentences.dtype), [-1])
+
+    def body(step, rows, alive_tokens, alive_log_probs, alive_last, cache,
+             all_finished_tokens, all_finished_scores):
+        # rows [A]: the sentences still searching; all_finished_* [B, ...]: every sentence's
         logits, cache = model.decode_step(tf.reshape(alive_last, [-1]), step, cache)
         vocab_size = logits.shape[-1]  # static, so reshapes keep the loop's static shapes
         log_probs = tf.reshape(_next_token_log_probs(logits), [-1, beam_width, vocab_size])
@@ -253,39 +286,60 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
                                            loop_repeats, spelling), _NEG_INF, log_probs)
         extended = tf.reshape(alive_log_probs[:, :, None] + log_probs,
                               [-1, beam_width * vocab_size])
-        candidate_log_probs, flat_index = tf.math.top_k(extended, k=candidates)  # [B, 2K]
+        candidate_log_probs, flat_index = tf.math.top_k(extended, k=candidates)  # [A, 2K]
         parent, token = flat_index // vocab_size, flat_index % vocab_size
         candidate_tokens = _write_at(tf.gather(alive_tokens, parent, batch_dims=1), token, step)
 
-        at_limit = step + 1 >= limits
+        limit = tf.gather(limits, rows)
+        at_limit = step + 1 >= limit
         ends = tf.equal(token, END_ID)
-        finishing = first_rank & (ends | at_limit[:, None]) & ~done[:, None]
+        finishing = first_rank & (ends | at_limit[:, None])
         scores = tf.where(finishing, candidate_log_probs / _length_penalty(step + 1, alpha),
                           _NEG_INF)
-        finished_scores, keep = tf.math.top_k(tf.concat([finished_scores, scores], 1), beam_width)
-        finished_tokens = tf.gather(tf.concat([finished_tokens, candidate_tokens], 1), keep,
-                                    batch_dims=1)
+        finished_scores, keep = tf.math.top_k(
+            tf.concat([tf.gather(all_finished_scores, rows), scores], 1), beam_width)
+        finished_tokens = tf.gather(tf.concat([tf.gather(all_finished_tokens, rows),
+                                               candidate_tokens], 1), keep, batch_dims=1)
+        all_finished_scores = tf.tensor_scatter_nd_update(all_finished_scores, rows[:, None],
+                                                          finished_scores)
+        all_finished_tokens = tf.tensor_scatter_nd_update(all_finished_tokens, rows[:, None],
+                                                          finished_tokens)
 
         alive_log_probs, keep = tf.math.top_k(
             tf.where(ends, _NEG_INF, candidate_log_probs), beam_width)
         alive_tokens = tf.gather(candidate_tokens, keep, batch_dims=1)
         alive_last = tf.gather(token, keep, batch_dims=1)
-        rows = tf.gather(parent, keep, batch_dims=1) + tf.range(batch_size)[:, None] * beam_width
-        cache = model.reorder_cache(cache, tf.reshape(rows, [-1]))
+        parents = tf.gather(parent, keep, batch_dims=1) + tf.range(tf.size(rows))[:, None] * \
+            beam_width
+        cache = model.reorder_cache(cache, tf.reshape(parents, [-1]))
         # Log-probabilities only fall as a hypothesis grows, and the penalty only rises up to
         # the limit (alpha >= 0, HParams checks): no unfinished one can score above this.
-        best_possible = alive_log_probs[:, 0] / _length_penalty(limits, alpha)
-        done |= at_limit | (finished_scores[:, 0] >= best_possible)
-        return (step + 1, alive_tokens, alive_log_probs, alive_last, cache,
-                finished_tokens, finished_scores, done)
+        best_possible = alive_log_probs[:, 0] / _length_penalty(limit, alpha)
+        going = ~at_limit & (finished_scores[:, 0] < best_possible)
+        searching = (rows, alive_tokens, alive_log_probs, alive_last)
+        searching, cache = tf.cond(
+            tf.reduce_all(going), lambda: (searching, cache),
+            lambda: (_rows(searching, tf.where(going)[:, 0]),
+                     _rows(cache, beams(tf.where(going)[:, 0]))))
+        return (step + 1, *searching, cache, all_finished_tokens, all_finished_scores)
 
-    def cond(step, *state):
-        return (step < loop_length) & ~tf.reduce_all(state[-1])
+    def cond(step, rows, *_):
+        return (step < loop_length) & (tf.size(rows) > 0)
 
     # Only the first beam is live at the start, so the beams do not all repeat one hypothesis.
     initial_log_probs = tf.tile([[0.0] + [_NEG_INF] * (beam_width - 1)], [batch_size, 1])
     empty = tf.zeros([batch_size, beam_width, loop_length], tf.int32)
-    step, *_, finished_tokens, finished_scores, _ = tf.while_loop(cond, body, (
-        tf.constant(0), empty, initial_log_probs, tf.fill([batch_size, beam_width], START_ID),
-        cache, empty, tf.fill([batch_size, beam_width], _NEG_INF), limits <= 0))
+    searching = (tf.range(batch_size), empty, initial_log_probs,
+                 tf.fill([batch_size, beam_width], START_ID))
+    starting = limits > 0
+    searching, cache = tf.cond(
+        tf.reduce_all(starting), lambda: (searching, cache),
+        lambda: (_rows(searching, tf.where(starting)[:, 0]),
+                 _rows(cache, beams(tf.where(starting)[:, 0]))))
+    initial = (tf.constant(0), *searching, cache, empty,
+               tf.fill([batch_size, beam_width], _NEG_INF))
+    step, *_, finished_tokens, finished_scores = tf.while_loop(
+        cond, body, initial, shape_invariants=(
+            tf.TensorShape([]), *_any_batch(searching), _any_batch(cache),
+            empty.shape, initial[-1].shape))
     return finished_tokens[:, 0, :step], finished_scores[:, 0]
