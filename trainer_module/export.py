@@ -21,6 +21,7 @@ hparams.split_sentences). Signatures:
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -45,6 +46,9 @@ TRANSLATION = "translation"
 # 8,000 pieces. Unchunked, one example of 500 references, or a batch of hundreds of examples,
 # would take gigabytes.
 REFERENCE_CHUNK = 64
+# Sentences decoded together, sorted by length (Translator.decode_by_length): fewer leave more
+# of the step's fixed cost to each; more mix lengths (BENCHMARKS.md, "Decoding speed").
+DECODE_BATCH = 16
 
 
 def _traced(*input_signature: tf.TensorSpec):
@@ -188,14 +192,8 @@ class Translator(tf.Module):
         """[B] sentences, each translated whole: translation [B], token_ids [B, (L)] (the
         translation's: before the first END_ID, PAD_ID dropped), score [B], source_tokens [B]."""
         source_ids, source_tokens = self.source_ids(english)
-        if beam:
-            token_ids, score = decoding.beam_search_decode(
-                self.model, source_ids, decoding.max_decode_length(source_ids, self.hparams),
-                self.hparams.beam_width, self.hparams.beam_alpha,
-                self.hparams.decode_loop_ngram, self.hparams.decode_loop_repeats,
-                self.spelling)
-        else:
-            token_ids, score = self.greedy_ids(source_ids)
+        token_ids, score = self.decode_by_length(source_ids,
+                                                 self.beam_ids if beam else self.greedy_ids)
         # An input with no tokens (empty or whitespace) translates to the empty string.
         has_input = tf.reduce_any(tf.not_equal(source_ids, PAD_ID), axis=1)
         token_ids = tf.where(has_input[:, None], token_ids, PAD_ID)
@@ -205,6 +203,47 @@ class Translator(tf.Module):
         return {TRANSLATION: detokenize(tf.gather(self.target_tokens, token_ids)),
                 "token_ids": token_ids,
                 "score": tf.where(has_input, score, 0.0), "source_tokens": source_tokens}
+
+    def decode_by_length(self, source_ids: tf.Tensor, decode: Callable
+                         ) -> tuple[tf.Tensor, tf.Tensor]:
+        """`decode` (greedy_ids or beam_ids) over source ids [B, S] sorted by length, in
+        sub-batches of DECODE_BATCH with their own source length, the answers in the input's
+        order: a sub-batch decodes until its longest translation ends and attends over its
+        longest source, so sentences of like lengths together waste the least, whatever order
+        a client sends (nmt translate, the Evaluator, TF Serving's clients).
+        Returns token_ids [B, L] and scores [B], as `decode` does."""
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+        order = tf.argsort(lengths, stable=True)
+        ids, lengths = tf.gather(source_ids, order), tf.gather(lengths, order)
+        longest = tf.reduce_max(tf.concat([[0], decoding.max_decode_length(source_ids,
+                                                                            self.hparams)], 0))
+        count = tf.maximum((tf.size(lengths) + DECODE_BATCH - 1) // DECODE_BATCH, 1)
+
+        def sub_batch(i, tokens, scores):
+            rows = tf.range(i * DECODE_BATCH, tf.minimum((i + 1) * DECODE_BATCH,
+                                                         tf.size(lengths)))
+            width = tf.reduce_max(tf.concat([[1], tf.gather(lengths, rows)], 0))
+            token_ids, score = decode(tf.gather(ids, rows)[:, :width])
+            token_ids = tf.pad(token_ids, [[0, 0], [0, longest - tf.shape(token_ids)[1]]])
+            return i + 1, tokens.write(i, token_ids), scores.write(i, score)
+
+        _, tokens, scores = tf.while_loop(
+            lambda i, *_: i < count, sub_batch,
+            (tf.constant(0), tf.TensorArray(tf.int32, count, infer_shape=False,
+                                            element_shape=tf.TensorShape([None, None])),
+             tf.TensorArray(tf.float32, count, infer_shape=False,
+                            element_shape=tf.TensorShape([None]))))
+        inverse = tf.math.invert_permutation(order)
+        return tf.gather(tokens.concat(), inverse), tf.gather(scores.concat(), inverse)
+
+    @_traced(tf.TensorSpec([None, None], tf.int32))
+    def beam_ids(self, source_ids):
+        """decoding.beam_search_decode of source ids [B, S]: (token_ids [B, L], score [B]); a
+        tf.function of its own, as greedy_ids."""
+        return decoding.beam_search_decode(
+            self.model, source_ids, decoding.max_decode_length(source_ids, self.hparams),
+            self.hparams.beam_width, self.hparams.beam_alpha, self.hparams.decode_loop_ngram,
+            self.hparams.decode_loop_repeats, self.spelling)
 
     @_traced(tf.TensorSpec([None, None], tf.int32))
     def greedy_ids(self, source_ids):
