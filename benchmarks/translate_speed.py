@@ -9,16 +9,24 @@ a changed export. Each result records `decoding_code`, the fingerprint of the co
 (DECODING_CODE), and tests/test_benchmarks_import.py fails until some result matches the
 checkout's: a change to that code is not done until its decoding speed is measured.
 
+With --batch-one-lines, also one sentence per request; with --reference, `nmt evaluate` on
+the whole source; with --peak-memory-lines, each model's serving process's peak memory. Every
+model after the first is compared with it line by line (its outputs that differ).
+
 Usage: python -m benchmarks.translate_speed --model DIR [--model DIR2 ...]
-           --source ../shared/data/tatoeba-dev/X.eng
-           [--rounds 2] [--lines N] [--output benchmarks/results/translate_speed.json]
+           --source ../shared/data/tatoeba-dev/X.eng [--reference X.fra]
+           [--rounds 2] [--lines N] [--batch-one-lines N] [--peak-memory-lines N]
+           [--output benchmarks/results/translate_speed.json]
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import time
 
 from benchmarks import results
@@ -61,38 +69,94 @@ def decoding_code_fingerprint(repo: str = os.path.dirname(os.path.dirname(
     return digest.hexdigest()[:16]
 
 
-def _variants(model_dir: str) -> dict[str, tuple[int | None, bool]]:
-    """Variant name -> (beam width or None for greedy, batches by length)."""
+def _variants(model_dir: str, batch_one: bool) -> dict[str, tuple[int | None, bool, int]]:
+    """Variant name -> (beam width or None for greedy, batches by length, batch size)."""
     width = translate.exported_beam_width(model_dir)
-    return {"greedy, by length": (None, True), "greedy, input order": (None, False),
-            f"beam {width}, by length": (width, True),
-            f"beam {width}, input order": (width, False)}
+    batch = translate.BATCH_SIZE
+    variants = {"greedy, by length": (None, True, batch), "greedy, input order": (None, False, batch),
+                f"beam {width}, by length": (width, True, batch),
+                f"beam {width}, input order": (width, False, batch)}
+    if batch_one:
+        variants.update({"greedy, batch 1": (None, False, 1),
+                         f"beam {width}, batch 1": (width, False, 1)})
+    return variants
 
 
-def measure(model_dirs: list[str], sentences: list[str], rounds: int) -> dict:
-    variants = {model_dir: _variants(model_dir) for model_dir in model_dirs}
+def _evaluate(model_dir: str, source: str, reference: str) -> dict:
+    """`nmt evaluate` of the model on the whole test set, as a user runs it: its wall time
+    (the model's load included), its own sentences per second, BLEU and chrF."""
+    start = time.perf_counter()
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "nmt"), "evaluate",
+                           "--model", model_dir, "--source", source, "--reference", reference,
+                           "--no-overlap-check", "--json"],
+                          check=True, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    result = json.loads(done.stdout)
+    scores = result["scores"]["all"]
+    return {"seconds": seconds, "sentences_per_second": result["sentences_per_second"],
+            "bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+
+_PEAK = """import resource, sys
+from inference import translate
+lines = open(sys.argv[2], encoding="utf-8").read().splitlines()[:int(sys.argv[3]) or None]
+translate.translate(lines, sys.argv[1], by_length=False)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"""
+
+
+def peak_memory_mb(model_dir: str, source: str, lines: int) -> float:
+    """The peak resident memory of a process that loads the model and translates `lines`
+    lines of `source` greedily in their order, as `nmt translate` does."""
+    done = subprocess.run([sys.executable, "-c", _PEAK, model_dir, source, str(lines)],
+                          check=True, capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return round(int(done.stdout.split()[-1]) / 1024, 1)
+
+
+def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_lines: int = 0,
+            source: str | None = None, reference: str | None = None) -> dict:
+    variants = {model_dir: _variants(model_dir, bool(batch_one_lines)) for model_dir in model_dirs}
     seconds = {(m, name): [] for m in model_dirs for name in variants[m]}
-    long_outputs = {}
+    long_outputs, outputs, evaluated = {}, {}, {m: [] for m in model_dirs}
     for _ in range(rounds):  # alternating: every model and variant once per round
         for (model_dir, name), times in seconds.items():
-            beam, by_length = variants[model_dir][name]
+            beam, by_length, batch_size = variants[model_dir][name]
+            lines = sentences[:batch_one_lines] if batch_size == 1 else sentences
             clock = {}
-            outputs = translate.translate(
-                sentences, model_dir, beam, by_length=by_length,
+            outputs[model_dir, name] = translate.translate(
+                lines, model_dir, beam, by_length=by_length, batch_size=batch_size,
                 progress=lambda done: clock.setdefault(done, time.perf_counter()))
-            times.append(clock[len(sentences)] - clock[0])  # the model's load excluded
+            times.append((clock[len(lines)] - clock[0]) / len(lines))  # the load excluded
             long_outputs[model_dir, name] = sum(len(o.split()) > LONG_OUTPUT_WORDS
-                                                for o in outputs)
-    return {"decoding_code": decoding_code_fingerprint(), "sentences": len(sentences),
-            "rounds": rounds, "batch_size": translate.BATCH_SIZE,
-            "models": {m: {name: {"sentences_per_second": [round(len(sentences) / s, 1)
-                                                           for s in seconds[m, name]],
-                                  "ms_per_sentence": round(1000 * min(seconds[m, name])
-                                                           / len(sentences), 2),
-                                  f"outputs_over_{LONG_OUTPUT_WORDS}_words":
-                                      long_outputs[m, name]}
-                           for name in variants[m]}
-                       for m in model_dirs}}
+                                                for o in outputs[model_dir, name])
+        if reference:
+            for model_dir in model_dirs:
+                evaluated[model_dir].append(_evaluate(model_dir, source, reference))
+    first = model_dirs[0]
+
+    def figures_of(model_dir: str, name: str) -> dict:
+        per_sentence = seconds[model_dir, name]
+        found = {"sentences": len(outputs[model_dir, name]),
+                 "sentences_per_second": [round(1 / s, 1) for s in per_sentence],
+                 "ms_per_sentence": round(1000 * min(per_sentence), 2),
+                 f"outputs_over_{LONG_OUTPUT_WORDS}_words": long_outputs[model_dir, name]}
+        if model_dir != first and (first, name) in outputs:
+            found["outputs_differing_from_the_first_model"] = sum(
+                a != b for a, b in zip(outputs[model_dir, name], outputs[first, name]))
+        return found
+
+    result = {"decoding_code": decoding_code_fingerprint(), "sentences": len(sentences),
+              "rounds": rounds, "batch_size": translate.BATCH_SIZE,
+              "models": {m: {name: figures_of(m, name) for name in variants[m]}
+                         for m in model_dirs}}
+    if reference:
+        result["nmt_evaluate"] = {m: {"seconds": [round(e["seconds"], 1) for e in evaluated[m]],
+                                      "sentences_per_second": [round(e["sentences_per_second"], 1)
+                                                               for e in evaluated[m]],
+                                      "bleu": evaluated[m][0]["bleu"],
+                                      "chrf": evaluated[m][0]["chrf"]}
+                                  for m in model_dirs}
+    return result
 
 
 def main() -> None:
@@ -103,13 +167,24 @@ def main() -> None:
     parser.add_argument("--source", required=True, help="English sentences, one per line")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lines", type=int, default=0, help="the first N lines (0: all)")
+    parser.add_argument("--batch-one-lines", type=int, default=0,
+                        help="also translate the first N lines one at a time (0: not)")
+    parser.add_argument("--reference", help="the source's references: also time `nmt "
+                        "evaluate` on the whole source, once per model and round")
+    parser.add_argument("--peak-memory-lines", type=int, default=0,
+                        help="also measure each model's serving process's peak memory, "
+                        "translating the first N lines in a process of its own (0: not)")
     parser.add_argument("--output", default="translate_speed.json",
                         help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
     with open(args.source, encoding="utf-8") as f:
         sentences = f.read().splitlines()[:args.lines or None]
-    result = measure([translate.resolve_model_dir(m) for m in args.model], sentences,
-                     args.rounds)
+    model_dirs = [translate.resolve_model_dir(m) for m in args.model]
+    result = measure(model_dirs, sentences, args.rounds, args.batch_one_lines, args.source,
+                     args.reference)
+    if args.peak_memory_lines:
+        result["peak_memory_mb"] = {m: peak_memory_mb(m, args.source, args.peak_memory_lines)
+                                    for m in model_dirs}
     results.emit(args.output, "decoding speed through the serving signatures, greedy and beam "
                  "search, batches by length and in input order", result)
 
