@@ -367,10 +367,11 @@ def component_time(corpus: str, root: str, component: str, wall_s: float) -> dic
 
 def examples_facts(root: str) -> dict:
     """Examples per split and the parse counts of the newest ExampleGen output."""
-    from metadata import queries as metadata
+    from metadata.artifacts import list_artifacts
+    from metadata.store import connect, sqlite_config
 
-    store = metadata.connect(metadata.sqlite_config(os.path.join(root, "metadata.sqlite")))
-    newest = metadata.list_artifacts(store, "Examples")[0]["properties"]
+    store = connect(sqlite_config(os.path.join(root, "metadata.sqlite")))
+    newest = list_artifacts(store, "Examples")[0]["properties"]
     return {"examples_per_split": newest.get("splits"),
             **{k: newest[k] for k in ("lines_read", "pairs_kept", "lines_rejected", "examples")
                if k in newest}}

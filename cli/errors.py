@@ -26,7 +26,7 @@ EXPECTED_ERRORS: tuple[tuple[str, str, int], ...] = (
     ("components.fra_example_gen.parser", "InputDataError", 2),
     ("inference.translate", "TranslateError", 2),
     ("inference.evaluation_set", "EvaluationSetError", 2),  # a test set nmt evaluate cannot read
-    ("metadata.queries", "MetadataError", 2),  # no store, an unknown run or artifact...
+    ("metadata.store", "MetadataError", 2),  # no store, an unknown run or artifact...
     ("runners.kfp_client", "UnsupportedStorageError", 2),  # an s3:// or minio:// path
     ("engines.flink", "EngineError", 2),  # no Java, no job server, no cluster at that address
     (__name__, "CommandError", 1),

@@ -4,7 +4,7 @@
 The store is the local SQLite one of the pipeline root by default; --mysql-* or --grpc-* flags
 read a MySQL-backed store or an MLMD gRPC server instead (as Kubeflow deploys it). Runs written
 by `nmt run` (TFX's LocalDagRunner) and by Kubeflow Pipelines v2 are both understood: the
-layout is told from the store (metadata.queries). TensorFlow and TFMA load only when a command
+layout is told from the store (metadata/layouts.py). TensorFlow and TFMA load only when a command
 needs them (metrics), so `runs` stays fast. The store flags are `nmt report`'s too.
 """
 from __future__ import annotations
@@ -16,7 +16,14 @@ import os
 from typing import Any, Callable
 
 from pipeline import config as config_lib
-from metadata import queries as metadata
+from metadata.artifacts import list_artifacts
+from metadata.diff import diff_runs
+from metadata.lineage import lineage
+from metadata.models import list_models
+from metadata.runs import list_runs
+from metadata.store import (MetadataError, StoreConfig, connect, grpc_config, mysql_config,
+                            sqlite_config)
+from metadata.values import as_text
 from metadata.signatures import signature
 
 MYSQL_PASSWORD_ENV = "NMT_MYSQL_PASSWORD"
@@ -51,16 +58,16 @@ def pipeline_root(args: argparse.Namespace) -> str:
     ).pipeline_root
 
 
-def store_config(args: argparse.Namespace) -> metadata.StoreConfig:
+def store_config(args: argparse.Namespace) -> StoreConfig:
     """The flags as an MLMD connection: gRPC, MySQL, else the pipeline root's SQLite file."""
     if args.grpc_host and args.mysql_host:
-        raise metadata.MetadataError("Pass --grpc-host or --mysql-host, not both.")
+        raise MetadataError("Pass --grpc-host or --mysql-host, not both.")
     if args.grpc_host:
-        return metadata.grpc_config(args.grpc_host, args.grpc_port)
+        return grpc_config(args.grpc_host, args.grpc_port)
     if args.mysql_host:
-        return metadata.mysql_config(args.mysql_host, args.mysql_port, args.mysql_database,
-                                     args.mysql_user, args.mysql_password)
-    return metadata.sqlite_config(config_lib.PipelineConfig(
+        return mysql_config(args.mysql_host, args.mysql_port, args.mysql_database,
+                            args.mysql_user, args.mysql_password)
+    return sqlite_config(config_lib.PipelineConfig(
         data_path="", pipeline_root=pipeline_root(args)).metadata_path)
 
 
@@ -69,7 +76,7 @@ def store_config(args: argparse.Namespace) -> metadata.StoreConfig:
 def print_table(rows: list[dict[str, Any]], columns: Columns) -> None:
     """Left-aligned columns under their headers; None prints as "-", a key a row lacks as blank."""
     cells = [[header for _, header in columns]] + [
-        [metadata.as_text(row.get(key)) if key in row else "" for key, _ in columns]
+        [as_text(row.get(key)) if key in row else "" for key, _ in columns]
         for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     for line in cells:
@@ -149,27 +156,27 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 _COMMANDS = (
     _Command("runs", "pipeline runs, newest first, with each component executed/cached/failed",
-             lambda store, args: metadata.list_runs(store), _runs_tables),
+             lambda store, args: list_runs(store), _runs_tables),
     _Command("artifacts", "artifacts with producer, run and key properties",
-             lambda store, args: metadata.list_artifacts(store, args.type_name, args.run),
+             lambda store, args: list_artifacts(store, args.type_name, args.run),
              lambda rows: [("", rows, _ARTIFACT_COLUMNS)], _artifacts_arguments),
     _Command("lineage", "where a pushed model (or any artifact) came from, back to fra.txt",
-             lambda store, args: metadata.lineage(store, args.ref), _lineage_tables,
+             lambda store, args: lineage(store, args.ref), _lineage_tables,
              lambda parser: parser.add_argument(
                  "ref", metavar="PUSHED_VERSION|ARTIFACT_ID",
                  help="a pushed version (see `models`) or an artifact id (see `artifacts`)")),
     _Command("models", "trained models with BLEU/chrF, blessing, pushed version, serving one",
-             lambda store, args: metadata.list_models(store), _models_tables),
+             lambda store, args: list_models(store), _models_tables),
     _Command("diff", "what changed between two runs: components, input, config, "
                      "hyperparameters, metrics",
-             lambda store, args: metadata.diff_runs(store, args.run_a, args.run_b),
+             lambda store, args: diff_runs(store, args.run_a, args.run_b),
              _diff_tables, _diff_arguments),
 )
 
 
 def _handler(command: _Command) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
-        result = command.query(metadata.connect(store_config(args)), args)
+        result = command.query(connect(store_config(args)), args)
         if args.json:
             print(json.dumps(result, indent=2))
             return 0

@@ -6,7 +6,8 @@ import argparse
 import os
 
 from cli.metadata import pipeline_root, store_config, store_flags
-from metadata import queries as metadata
+from metadata.runs import get_run
+from metadata.store import connect
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -28,8 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def report_command(args: argparse.Namespace) -> int:
     from metadata import report  # heavy (TF, matplotlib): only when needed
 
-    store = metadata.connect(store_config(args))
-    run_id = metadata.get_run(store, args.run)["run"]
+    store = connect(store_config(args))
+    run_id = get_run(store, args.run)["run"]
     output = args.output or os.path.join(pipeline_root(args), "reports",
                                          run_id.replace(":", ""))
     print(report.write_report(store, run_id, output, args.samples))

@@ -107,11 +107,12 @@ def write_atomically(path: str, lines: list[str]) -> None:
 
 def training_lineage(store_config, model_dir: str) -> Lineage:
     """The train split of the model in `model_dir`, from an ML Metadata store."""
-    from metadata import queries as metadata
+    from metadata.lineage import training_examples
+    from metadata.store import MetadataError, connect
 
     try:
-        found = metadata.training_examples(metadata.connect(store_config), model_dir)
-    except metadata.MetadataError as err:
+        found = training_examples(connect(store_config), model_dir)
+    except MetadataError as err:
         return Lineage(missing=str(err))
     if found is None:
         return Lineage(missing=f"ML Metadata knows no model in {model_dir} (a copied or "

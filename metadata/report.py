@@ -22,7 +22,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  registers the ops of the Transform graph in the model
 
-from metadata import queries as metadata  # noqa: E402
+from metadata.artifacts import (  # noqa: E402
+    SERVING_MODEL_DIR, evaluation_metrics, list_artifacts, read_json)
+from metadata.runs import get_run  # noqa: E402
+from metadata.store import MetadataError  # noqa: E402
+from metadata.values import as_text  # noqa: E402
 from metadata.signatures import signature  # noqa: E402
 from trainer_module.settings import HISTORY_FILE  # noqa: E402
 from components.fra_example_gen.executor import read_split  # noqa: E402
@@ -53,7 +57,7 @@ class _Sample:
 
 @dataclasses.dataclass(frozen=True)
 class _RunArtifacts:
-    """What the report shows, as `metadata.list_artifacts` describes it."""
+    """What the report shows, as `list_artifacts` describes it."""
     model: dict[str, Any]
     model_run: dict[str, Any]
     evaluation: dict[str, Any]
@@ -63,7 +67,7 @@ class _RunArtifacts:
 
 
 def _run_artifacts(store: Any, run_id: str) -> _RunArtifacts:
-    artifacts = metadata.list_artifacts(store, run_id=run_id)
+    artifacts = list_artifacts(store, run_id=run_id)
 
     def first(type_name: str, raw_examples: bool = False) -> dict[str, Any] | None:
         return next((a for a in artifacts if a["type"] == type_name
@@ -75,7 +79,7 @@ def _run_artifacts(store: Any, run_id: str) -> _RunArtifacts:
              for field, type_name in wanted.items()}
     missing = [wanted[field] for field, artifact in found.items() if artifact is None]
     if missing:
-        raise metadata.MetadataError(
+        raise MetadataError(
             f"Run {run_id} has no {', '.join(missing)} artifact: its Trainer or Evaluator did "
             "not finish. Report a run that evaluated a model (see `nmt metadata runs`).")
     return _RunArtifacts(**found, pushed=first("PushedModel"))
@@ -177,7 +181,7 @@ def _table(header: list[str] | None, rows: list[list[str]]) -> str:
 
 
 def _escaped(value: Any) -> str:
-    return html.escape(metadata.as_text(value))
+    return html.escape(as_text(value))
 
 
 def _summary(run: dict[str, Any], found: _RunArtifacts) -> str:
@@ -188,14 +192,14 @@ def _summary(run: dict[str, Any], found: _RunArtifacts) -> str:
         ("Started", run["start"]), ("Duration (s)", run["duration_s"]),
         ("Model", f"{found.model['id']}: {found.model['uri']}"),
         ("BLEU / chrF, eval split, one reference (the gate)",
-         f"{metadata.as_text(blessing.get('bleu_1ref'))} / "
-         f"{metadata.as_text(blessing.get('chrf_1ref'))}"),
+         f"{as_text(blessing.get('bleu_1ref'))} / "
+         f"{as_text(blessing.get('chrf_1ref'))}"),
         ("BLEU / chrF, eval split, all references",
-         f"{metadata.as_text(blessing.get('bleu'))} / {metadata.as_text(blessing.get('chrf'))}"),
+         f"{as_text(blessing.get('bleu'))} / {as_text(blessing.get('chrf'))}"),
         ("sacreBLEU signatures", f"BLEU {signature('bleu', 1)} (all references: nrefs:var); "
                                  f"chrF {signature('chrf', 1)}"),
-        ("Blessed", f"{metadata.as_text(blessing['blessed'])} (baseline model: "
-                    f"{metadata.as_text(blessing['baseline_model'])})"),
+        ("Blessed", f"{as_text(blessing['blessed'])} (baseline model: "
+                    f"{as_text(blessing['baseline_model'])})"),
         ("Pushed version", found.pushed["properties"]["version"] if found.pushed else None),
         ("Input file", f"{source['path']} ({source['size_bytes']:,} bytes, "
                        f"sha256 {source['sha256']})"),
@@ -230,12 +234,12 @@ def _attention_section(model: Any, samples: list[_Sample], output_dir: str) -> s
 
 def write_report(store: Any, run_id: str, output_dir: str, samples: int = 8) -> str:
     """Writes <output_dir>/report.html (and its PNGs) for one run; returns the HTML's path."""
-    run = metadata.get_run(store, run_id)
+    run = get_run(store, run_id)
     found = _run_artifacts(store, run["run"])
     os.makedirs(output_dir, exist_ok=True)
-    history = metadata.read_json(os.path.join(found.model_run["uri"], HISTORY_FILE))
-    scores = metadata.evaluation_metrics(found.evaluation["uri"])
-    model = tf.saved_model.load(os.path.join(found.model["uri"], metadata.SERVING_MODEL_DIR))
+    history = read_json(os.path.join(found.model_run["uri"], HISTORY_FILE))
+    scores = evaluation_metrics(found.evaluation["uri"])
+    model = tf.saved_model.load(os.path.join(found.model["uri"], SERVING_MODEL_DIR))
     translated = _translated(model, _eval_samples(found.examples["uri"], samples))
     sections = [
         ("Summary", _summary(run, found)),

@@ -21,7 +21,9 @@ from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.utils import dependency_utils
 
 from engines import flink
-from metadata import queries as metadata_lib
+from metadata.layouts import RUN_CONTEXT
+from metadata.runs import record_engine
+from metadata.store import connect
 from runners import run_summary
 from pipeline.config import PipelineConfig, pipeline_arguments
 from engines.flink import FlinkEngine
@@ -109,12 +111,12 @@ def _record_engine(config: PipelineConfig, engine: str, started_at: float) -> No
     if not os.path.exists(config.metadata_path):
         return
     try:
-        store = metadata_lib.connect(metadata.sqlite_metadata_connection_config(
+        store = connect(metadata.sqlite_metadata_connection_config(
             config.metadata_path))  # read-write, as the run's own
-        newest = store.get_contexts_by_type(metadata_lib.RUN_CONTEXT)
+        newest = store.get_contexts_by_type(RUN_CONTEXT)
         run = max(newest, key=lambda c: c.create_time_since_epoch, default=None)
         if run is not None and run.create_time_since_epoch >= started_at * 1000 - 1000:
-            metadata_lib.record_engine(store, run.name, engine)
+            record_engine(store, run.name, engine)
     except Exception as err:  # noqa: BLE001  see the docstring
         _LOG.warning("Could not record the Beam engine in ML Metadata: %s", err)
 

@@ -2,7 +2,7 @@
 was blessed (and if not, which thresholds it missed), where it was pushed, what to do next.
 
 `summary_lines` builds them from plain data (`RunFacts`); `collect` reads that data from ML
-Metadata (metadata.queries) after a run.
+Metadata (metadata/runs.py, metadata/artifacts.py) after a run.
 """
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import shutil
 import sys
 from typing import Callable, Sequence
 
-from metadata import queries as metadata
+from metadata.artifacts import list_artifacts
+from metadata.runs import get_run
+from metadata.store import connect, sqlite_config
 from pipeline.config import PIPELINE_NAME, PipelineConfig, default_pipeline_root
 from metadata.signatures import signature
 
@@ -151,7 +153,7 @@ def failed_thresholds(result) -> list[str]:
 
 
 def _verdict(store, run: str, config: PipelineConfig) -> Verdict | None:
-    blessings = metadata.list_artifacts(store, "ModelBlessing", run_id=run)
+    blessings = list_artifacts(store, "ModelBlessing", run_id=run)
     if not blessings:
         return None
     judged = blessings[0]["properties"]
@@ -159,8 +161,7 @@ def _verdict(store, run: str, config: PipelineConfig) -> Verdict | None:
     if not judged["blessed"]:
         import tensorflow_model_analysis as tfma  # slow to import: only for a rejected model
 
-        evaluation = next(a for a in metadata.list_artifacts(store, "ModelEvaluation",
-                                                             run_id=run)
+        evaluation = next(a for a in list_artifacts(store, "ModelEvaluation", run_id=run)
                           if a["id"] == judged["evaluation"])
         failures = tuple(failed_thresholds(tfma.load_validation_result(evaluation["uri"])))
     return Verdict(bleu_1ref=judged["bleu_1ref"], chrf_1ref=judged["chrf_1ref"],
@@ -174,13 +175,13 @@ def collect(config: PipelineConfig, wall_seconds: float,
             to_component: str | None = None, engine: str | None = None,
             flink_jobs: Sequence = ()) -> RunFacts:
     """The facts of the newest run in the pipeline root's store (the one that just ended)."""
-    store = metadata.connect(metadata.sqlite_config(config.metadata_path))
-    run = metadata.get_run(store)
+    store = connect(sqlite_config(config.metadata_path))
+    run = get_run(store)
     components = tuple(ComponentTime(c["component"], c["state"], c["duration_s"] or 0.0)
                        for c in run["components"])
     names = {c.name for c in components}
     verdict = _verdict(store, run["run"], config) if "Evaluator" in names else None
-    pushes = (metadata.list_artifacts(store, "PushedModel", run_id=run["run"])
+    pushes = (list_artifacts(store, "PushedModel", run_id=run["run"])
               if "AtomicPusher" in names else [])
     pushed = next((p["properties"] for p in pushes if p["properties"]["pushed"]), {})
     return RunFacts(wall_seconds=wall_seconds, components=components,

@@ -15,7 +15,7 @@ import sacrebleu
 
 from components.fra_example_gen.executor import read_split
 from helpers import open_store, run_nmt, serving_dir
-from metadata import queries as metadata
+from metadata.lineage import training_examples
 
 DEV_LINES = 60
 
@@ -104,7 +104,7 @@ def test_the_overlap_check_finds_the_seen_lines_through_lineage(evaluated, test_
 
 def test_a_model_named_by_a_relative_path_is_found_through_lineage(smoke_run, monkeypatch):
     monkeypatch.chdir(serving_dir(smoke_run.root))
-    found = metadata.training_examples(open_store(smoke_run.root), smoke_run.pushed_version)
+    found = training_examples(open_store(smoke_run.root), smoke_run.pushed_version)
     assert found is not None, "ML Metadata holds absolute paths: the relative one must match"
     assert found["train_split"] == os.path.join(smoke_run.examples_uri, "Split-train")
 

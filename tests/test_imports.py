@@ -102,9 +102,9 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_direction_check_finds_an_upward_and_a_sideways_import():
     graph = {"pipeline.pipeline": {"runners.local_runner", "components.atomic_pusher"},
-             "engines.flink": {"metadata.queries"}, "cli.run": {"runners.local_runner"},
+             "engines.flink": {"metadata.runs"}, "cli.run": {"runners.local_runner"},
              "runners.local_runner": {"pipeline.pipeline", "engines.flink"}}
-    assert upward_imports(graph) == ["engines.flink -> metadata.queries",
+    assert upward_imports(graph) == ["engines.flink -> metadata.runs",
                                      "pipeline.pipeline -> runners.local_runner"]
 
 

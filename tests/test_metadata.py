@@ -25,7 +25,8 @@ from PIL import Image
 from conftest import SMOKE_TRAIN_STEPS, SmokeRun
 from cli import errors, report
 from cli import metadata as metadata_cli
-from metadata import queries as metadata
+from metadata.runs import list_runs
+from metadata.store import connect, sqlite_config
 from trainer_module.hparams import PROFILES
 
 UPSTREAM = ("FraTxtExampleGen", "ImportSchemaGen", "StatisticsGen", "StrictExampleValidator",
@@ -70,8 +71,7 @@ def root(smoke_run: SmokeRun, smoke_rerun) -> str:
 @pytest.fixture(scope="module")
 def run_ids(root) -> dict[str, str]:
     """killed, resumed, rerun -> run id (the store's runs, oldest first)."""
-    runs = metadata.list_runs(metadata.connect(metadata.sqlite_config(
-        os.path.join(root, "metadata.sqlite"))))
+    runs = list_runs(connect(sqlite_config(os.path.join(root, "metadata.sqlite"))))
     return dict(zip(("killed", "resumed", "rerun"), [r["run"] for r in reversed(runs)]))
 
 

@@ -20,7 +20,7 @@ from ml_metadata.proto import metadata_store_pb2
 import kfp_store
 import mysql_server
 from conftest import run_nmt
-from metadata import queries as metadata
+from metadata.store import connect, sqlite_config
 from test_metadata import error, nmt, query
 
 TRAINED, WORSE, BROKEN = kfp_store.SCENARIO_NAMES
@@ -383,7 +383,7 @@ def test_local_store_copied_into_mysql_gives_the_same_answers(capsys, smoke_run,
     """The smoke pipeline's own store, copied into MySQL: every command answers as from the
     SQLite file (times aside), and the models JSON comes from a fresh `nmt` process."""
     root = smoke_run.root
-    source = metadata.connect(metadata.sqlite_config(os.path.join(root, "metadata.sqlite")))
+    source = connect(sqlite_config(os.path.join(root, "metadata.sqlite")))
     runs = query(capsys, root, "runs")
     run_ids = [r["run"] for r in runs]
     commands = [("runs",), ("artifacts",), ("artifacts", "--run", run_ids[0]),
