@@ -7,7 +7,6 @@ the blessing (which thresholds a rejected model missed), the pushed version, wha
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
