@@ -98,39 +98,53 @@ class Translator(tf.Module):
     def model(self) -> Transformer:
         return self._model()
 
-    def source_ids(self, english: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """[B] raw sentences -> ids [B, S] int32 (PAD_ID-padded, cut at max_source_length)
-        and the number of tokens before the cut [B] (so callers can warn about truncation)."""
-        ids = self.tft_layer({ENGLISH: tf.reshape(english, [-1, 1])})[SOURCE_IDS]
+    def tokens(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """[N] texts -> their ids [N, (T)], as the model sees them (Transform's graph:
+        normalization, then SentencePiece or WordPiece)."""
+        return self.tft_layer({ENGLISH: tf.reshape(texts, [-1, 1])})[SOURCE_IDS]
+
+    def padded(self, ids: tf.RaggedTensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """`tokens`' ids -> ids [B, S] int32 (PAD_ID-padded, cut at max_source_length) and the
+        number of tokens before the cut [B] (so callers can warn about truncation)."""
         lengths = tf.cast(ids.row_lengths(), tf.int32)
         ids = ids[:, :self.hparams.max_source_length]
         return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32), lengths
 
+    def source_ids(self, english: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """[B] raw sentences -> `padded` ids [B, S] and token counts [B]."""
+        return self.padded(self.tokens(english))
+
     def token_counts(self, english: tf.Tensor) -> tf.Tensor:
         """[N] texts -> [N] int32: their English tokens, as the model would see them."""
-        return tf.cast(self.tft_layer({ENGLISH: english[:, None]})[SOURCE_IDS].row_lengths(),
-                       tf.int32)
+        return tf.cast(self.tokens(english).row_lengths(), tf.int32)
 
-    def chunks(self, sentences: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
-        """[N] sentences -> the pieces each is translated in [N, (C)], and [N] the tokens of
-        its longest clause (longer than max_source_length: it was cut between words).
+    def chunks(self, sentences: tf.Tensor
+               ) -> tuple[tf.RaggedTensor, tf.Tensor, tf.RaggedTensor]:
+        """[N] sentences -> the pieces each is translated in [N, (C)], [N] the tokens of its
+        longest clause (longer than max_source_length: it was cut between words), and the
+        pieces' `tokens` [P, (T)].
 
         A sentence within max_source_length tokens is one piece. A longer one is cut at
         segmentation.CUTS, strongest first, each only where a piece is still longer than
         hparams.clause_tokens (between words: than max_source_length), and its pieces packed
         back, in order, into as few as fit clause_tokens. A batch without a long sentence is
-        tokenized once here, not once per cut."""
+        tokenized once here, for the counts and the model alike."""
         limit = self.hparams.max_source_length
-        sentence_tokens = self.token_counts(sentences)
+        ids = self.tokens(sentences)
+        sentence_tokens = tf.cast(ids.row_lengths(), tf.int32)
 
-        def whole() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            return sentences, tf.range(tf.size(sentences, out_type=tf.int64)), sentence_tokens
+        def whole() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.RaggedTensor]:
+            return (sentences, tf.range(tf.size(sentences, out_type=tf.int64)), sentence_tokens,
+                    ids)
 
-        text, owner, longest_clause = tf.cond(tf.reduce_any(sentence_tokens > limit),
-                                              lambda: self._cut(sentences, sentence_tokens),
-                                              whole)
+        def cut() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.RaggedTensor]:
+            text, owner, longest_clause = self._cut(sentences, sentence_tokens)
+            return text, owner, longest_clause, self.tokens(text)
+
+        text, owner, longest_clause, piece_ids = tf.cond(
+            tf.reduce_any(sentence_tokens > limit), cut, whole)
         return (tf.RaggedTensor.from_value_rowids(text, owner, nrows=tf.size(
-            sentences, out_type=tf.int64)), longest_clause)
+            sentences, out_type=tf.int64)), longest_clause, piece_ids)
 
     def _cut(self, sentences: tf.Tensor, sentence_tokens: tf.Tensor
              ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -170,8 +184,8 @@ class Translator(tf.Module):
             longest_clause = output["source_tokens"]
         else:
             sentences = segmentation.split_sentences(english)
-            pieces, longest_clause = self.chunks(sentences.flat_values)
-            output = self.translate_sentences(pieces.flat_values, beam)
+            pieces, longest_clause, piece_ids = self.chunks(sentences.flat_values)
+            output = self.translate_ids(piece_ids, beam)
             nested = sentences.with_flat_values(pieces)  # [B, (sentences), (pieces)]
 
             def per_line(values):
@@ -191,7 +205,11 @@ class Translator(tf.Module):
                             ) -> dict[str, tf.Tensor]:
         """[B] sentences, each translated whole: translation [B], token_ids [B, (L)] (the
         translation's: before the first END_ID, PAD_ID dropped), score [B], source_tokens [B]."""
-        source_ids, source_tokens = self.source_ids(english)
+        return self.translate_ids(self.tokens(english), beam)
+
+    def translate_ids(self, ids: tf.RaggedTensor, beam: bool = False) -> dict[str, tf.Tensor]:
+        """`translate_sentences` of sentences already tokenized (`tokens`)."""
+        source_ids, source_tokens = self.padded(ids)
         token_ids, score = self.decode_by_length(source_ids,
                                                  self.beam_ids if beam else self.greedy_ids)
         # An input with no tokens (empty or whitespace) translates to the empty string.
