@@ -40,7 +40,7 @@ RUN apt-get update -qq \
         openjdk-17-jre-headless maven \
     && mvn -q -f /opt/nmt/flink/pom.xml -Djob.service.version=2.59.0 \
         dependency:copy-dependencies -DoutputDirectory=/opt/nmt/flink/lib \
-    && python -c "import glob, os; from pipeline import flink; \
+    && python -c "import glob, os; from engines import flink; \
 flink.write_launcher_jar(os.pathsep.join(sorted(glob.glob('/opt/nmt/flink/lib/*.jar'))), \
 flink.IMAGE_LAUNCHER_JAR)" \
     && apt-get purge -y -qq maven && apt-get autoremove -y -qq \

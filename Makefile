@@ -43,7 +43,7 @@ $(FLINK_JAR): engines/flink-job-server.pom.xml engines/flink.py
 	@command -v java >/dev/null || { echo "make flink: Java is missing (OpenJDK 17: apt-get install openjdk-17-jre-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "make flink: Maven is missing (apt-get install maven)"; exit 1; }
 	mvn -q -f engines/flink-job-server.pom.xml dependency:build-classpath -Dmdep.outputFile=$(abspath $@).classpath
-	$(BIN)/python -c 'import sys; from pipeline import flink; flink.write_launcher_jar(open(sys.argv[1]).read(), sys.argv[2])' $@.classpath $@
+	$(BIN)/python -c 'import sys; from engines import flink; flink.write_launcher_jar(open(sys.argv[1]).read(), sys.argv[2])' $@.classpath $@
 	rm $@.classpath
 
 # `make run` sets Flink up where Java and Maven are there, and says in one line when not.
