@@ -605,7 +605,7 @@ def test_a_refused_health_check_is_one_line_without_tracebacks(kfp_api, compiled
 
 def test_an_unreachable_endpoint_is_one_line(compiled, tmp_path):
     """A fresh process as a user runs it, with nmt's logging: one line, no traceback."""
-    script = ("import sys; from pipeline import logs; from test_kubeflow import nmt_kubeflow; "
+    script = ("import sys; from runners import logs; from test_kubeflow import nmt_kubeflow; "
               "logs.configure(); sys.exit(nmt_kubeflow(*sys.argv[1:]))")
     result = subprocess.run(
         [sys.executable, "-c", script, "submit", "--package", compiled,
