@@ -7,8 +7,8 @@ setup(
     description="TFX pipeline: fra.txt -> Transformer English-French translator, served.",
     python_requires=">=3.10",
     packages=find_packages(include=["cli*", "pipeline*", "components*", "transform_module*",
-                                    "trainer_module*", "schemas*"]),
-    package_data={"schemas": ["*.pbtxt"]},
+                                    "trainer_module*", "schemas*", "engines*"]),
+    package_data={"schemas": ["*.pbtxt"], "engines": ["flink-conf.yaml"]},
     install_requires=[
         "tfx==1.16.0",
         "tensorflow==2.16.2",

@@ -80,6 +80,7 @@ class Cluster:
     """A started cluster, as DIR/cluster.json records it."""
     directory: str
     rest_port: int
+    rpc_port: int
     worker_pool_port: int
     members: list[Member]
 
@@ -98,7 +99,8 @@ class Cluster:
     def save(self) -> None:
         path = os.path.join(self.directory, _STATE_FILE)
         with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"rest_port": self.rest_port, "worker_pool_port": self.worker_pool_port,
+            json.dump({"rest_port": self.rest_port, "rpc_port": self.rpc_port,
+                       "worker_pool_port": self.worker_pool_port,
                        "members": [dataclasses.asdict(m) for m in self.members]}, f, indent=1)
         os.replace(path + ".tmp", path)
 
@@ -110,7 +112,7 @@ class Cluster:
                 state = json.load(f)
         except FileNotFoundError:
             return None
-        return cls(directory, state["rest_port"], state["worker_pool_port"],
+        return cls(directory, state["rest_port"], state["rpc_port"], state["worker_pool_port"],
                    [Member(**m) for m in state["members"]])
 
 
@@ -187,13 +189,13 @@ def rest(master: str, path: str, seconds: float = _REST_SECONDS):
         return json.load(answer)
 
 
-def _local_flags(directory: str, rest_port: int) -> list[str]:
+def _local_flags(directory: str, rest_port: int, rpc_port: int) -> list[str]:
     """Where this machine's cluster listens and keeps its files: localhost only (the REST
     API and Beam's worker pool take anyone's jobs), under DIR."""
     tmp = os.path.join(directory, "tmp")
     return [f"-D{key}={value}" for key, value in (
         ("jobmanager.rpc.address", "localhost"), ("jobmanager.bind-host", "localhost"),
-        ("jobmanager.rpc.port", RPC_PORT),
+        ("jobmanager.rpc.port", rpc_port),
         ("rest.address", "localhost"), ("rest.bind-address", "localhost"),
         ("rest.port", rest_port),
         ("taskmanager.host", "localhost"), ("taskmanager.bind-host", "localhost"),
@@ -212,7 +214,8 @@ class _Starter:
     """Starts the cluster's processes, each in a process group of its own, logging to
     DIR/log/ROLE.log; they outlive the command that starts them (no parent-death signal)."""
 
-    def __init__(self, directory: str, rest_port: int, overrides: Sequence[str]) -> None:
+    def __init__(self, directory: str, rest_port: int, rpc_port: int,
+                 overrides: Sequence[str]) -> None:
         self.directory = directory
         self.conf_dir = os.path.join(directory, "conf")
         self.java = flink.java_command()
@@ -224,7 +227,8 @@ class _Starter:
                                ) from None
         self.classpath = os.pathsep.join(flink._manifest_jars(jar))
         self.conf = read_conf(os.path.join(self.conf_dir, "flink-conf.yaml"))
-        self.flags = _local_flags(directory, rest_port) + [f"-D{o}" for o in overrides]
+        self.flags = _local_flags(directory, rest_port, rpc_port) + [f"-D{o}"
+                                                                      for o in overrides]
         self._taskmanager_params: tuple[list[str], list[str]] | None = None
 
     def _spawn(self, role: str, command: list[str], env: dict[str, str] | None = None
@@ -293,17 +297,18 @@ def _wait(cluster: Cluster, taskmanagers: int, since: float) -> None:
 
 
 def start(directory: str = DEFAULT_DIR, taskmanagers: int = 2, rest_port: int = REST_PORT,
-          worker_pool_port: int = flink.WORKER_POOL_PORT, overrides: Sequence[str] = (),
-          conf: str = CONF) -> Cluster:
+          worker_pool_port: int = flink.WORKER_POOL_PORT, rpc_port: int = RPC_PORT,
+          overrides: Sequence[str] = (), conf: str = CONF) -> Cluster:
     """Starts the cluster and returns once every TaskManager has registered. `overrides` are
-    KEY=VALUE settings over `conf`'s (as Flink's -D)."""
+    KEY=VALUE settings over `conf`'s (as Flink's -D). A worker pool on another port than
+    50000 needs `--beam-arg=--environment_config=localhost:PORT` in the runs."""
     directory = os.path.abspath(directory)
     running = Cluster.load(directory)
     if running and any(m.alive() for m in running.members):
         raise ClusterError(f"A Flink cluster started from {directory} is running (REST at "
                            f"http://{running.master}): stop it first with `python -m "
                            f"engines.flink_cluster stop --dir {directory}`.")
-    for port, what in ((rest_port, "REST"), (RPC_PORT, "RPC"),
+    for port, what in ((rest_port, "REST"), (rpc_port, "RPC"),
                        (worker_pool_port, "Beam worker pool")):
         if not _port_free(port):
             raise ClusterError(f"Port {port} (the Flink cluster's {what} port) is in use on "
@@ -315,8 +320,8 @@ def start(directory: str = DEFAULT_DIR, taskmanagers: int = 2, rest_port: int = 
     with open(conf, "rb") as src, open(os.path.join(directory, "conf", "flink-conf.yaml"),
                                        "wb") as dst:
         dst.write(src.read())
-    starter = _Starter(directory, rest_port, overrides)
-    cluster = Cluster(directory, rest_port, worker_pool_port, [])
+    starter = _Starter(directory, rest_port, rpc_port, overrides)
+    cluster = Cluster(directory, rest_port, rpc_port, worker_pool_port, [])
     since = time.monotonic()
     try:
         for spawn in (lambda: starter.worker_pool(worker_pool_port), starter.jobmanager,
@@ -344,12 +349,14 @@ def add_taskmanager(directory: str = DEFAULT_DIR, overrides: Sequence[str] = ())
         raise ClusterError(f"No Flink cluster started from {directory} is running: start one "
                            "first.")
     number = 1 + max((int(m.role.split("-")[1]) for m in cluster.taskmanagers), default=0)
-    member = _Starter(cluster.directory, cluster.rest_port, overrides).taskmanager(number)
+    member = _Starter(cluster.directory, cluster.rest_port, cluster.rpc_port,
+                      overrides).taskmanager(number)
     cluster.members.append(member)
     cluster.save()
     _say(f"Started the Flink cluster's {member.role} (pid {member.pid}, log {member.log}).")
     alive = sum(m.alive() for m in cluster.taskmanagers)
-    _wait(Cluster(cluster.directory, cluster.rest_port, cluster.worker_pool_port,
+    _wait(Cluster(cluster.directory, cluster.rest_port, cluster.rpc_port,
+                  cluster.worker_pool_port,
                   [m for m in cluster.members if m.alive() or m is member]),
           alive, time.monotonic())
     return member
@@ -481,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--taskmanagers", type=int, default=2, metavar="N",
                         help="start: how many TaskManagers (default 2)")
     parser.add_argument("--rest-port", type=int, default=REST_PORT)
+    parser.add_argument("--rpc-port", type=int, default=RPC_PORT)
+    parser.add_argument("--worker-pool-port", type=int, default=flink.WORKER_POOL_PORT,
+                        help="Beam's worker pool (default 50000, which runs name; another "
+                             "needs --beam-arg=--environment_config=localhost:PORT)")
     parser.add_argument("-D", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="a setting over flink-conf.yaml's, as "
                                                   "Flink's own -D")
@@ -489,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--taskmanagers takes 0 or more")
     try:
         if args.command == "start":
-            start(args.dir, args.taskmanagers, args.rest_port, overrides=args.overrides)
+            start(args.dir, args.taskmanagers, args.rest_port, args.worker_pool_port,
+                  args.rpc_port, args.overrides)
         elif args.command == "add-taskmanager":
             add_taskmanager(args.dir, args.overrides)
         elif args.command == "stop":
