@@ -447,6 +447,17 @@ _NO_BUFFERS = re.compile(r"Insufficient number of network buffers: required (\d+
                          r"(\d+) available")
 
 
+def _failed_job_text(master: str) -> str:
+    """The JobManager's own record of the newest failed nmt job: its root exception, causes
+    and all (the error Beam hands Python ends before the cause, e.g. no free slot)."""
+    failed = [job for job in rest(master, "/jobs/overview")["jobs"]
+              if job["state"] == "FAILED" and job["name"].startswith("nmt-")]
+    if not failed:
+        return ""
+    newest = max(failed, key=lambda job: job["start-time"])
+    return rest(master, f"/jobs/{newest['jid']}/exceptions").get("root-exception") or ""
+
+
 def failure_reason(engine: flink.FlinkEngine, err: BaseException) -> str | None:
     """Why a Flink job failed, in words a user can act on, when the error is one the cluster's
     settings or state explain; None for any other."""
@@ -456,23 +467,24 @@ def failure_reason(engine: flink.FlinkEngine, err: BaseException) -> str | None:
         seen.add(id(err))
         text += str(err) + "\n"
         err = err.__cause__ or err.__context__
+    if engine.master != "[local]":
+        try:
+            text += _failed_job_text(engine.master)
+        except OSError:
+            return (f"the Flink cluster's JobManager at {engine.master} stopped answering "
+                    "while the job ran")
+        except (ValueError, KeyError):
+            pass  # not Flink's REST API as this module knows it: the error's own words
     found = _NO_BUFFERS.search(text)
     if found:
         return (f"a TaskManager had {found[2]} free network buffers where the job needs "
                 f"{found[1]}: give each TaskManager more network memory "
                 "(taskmanager.memory.network.fraction, .min and .max in flink-conf.yaml; "
                 "engines/flink-conf.yaml has the measured sizes)")
-    if "NoResourceAvailableException" in text or "Could not acquire the minimum required " \
-            "resources" in text or "Slot request bulk is not fulfillable" in text:
+    if "NoResourceAvailableException" in text:
         return ("no TaskManager offered a slot within the cluster's slot.request.timeout, "
                 "after its restarts: start TaskManagers (python -m engines.flink_cluster "
                 "status shows them)")
-    if engine.master != "[local]":
-        try:
-            rest(engine.master, "/overview", 5)
-        except OSError:
-            return (f"the Flink cluster's JobManager at {engine.master} stopped answering "
-                    "while the job ran")
     return None
 
 
