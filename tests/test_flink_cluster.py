@@ -160,7 +160,7 @@ def test_the_cluster_gives_the_directrunners_outputs_despite_the_lost_taskmanage
 
 
 def test_kubeflow_flink_tasks_run_on_the_cluster_with_the_launcher(cluster, fra_sample,
-                                                                   tmp_path, killed_run):
+                                                                   tmp_path):
     """`nmt kubeflow compile --beam-runner flink --flink-master`, its ExampleGen and
     StatisticsGen tasks run by tests/kfp_launcher.py. Substituted, as the image provides
     them: the image's job-server launcher path by this venv's (flink.LAUNCHER_JAR), and the
@@ -190,7 +190,7 @@ def test_kubeflow_flink_tasks_run_on_the_cluster_with_the_launcher(cluster, fra_
 
 
 def test_no_taskmanager_left_fails_naming_the_component_and_a_rerun_completes(
-        cluster, fra_sample, tmp_path, killed_run):
+        cluster, fra_sample, tmp_path):
     root = str(tmp_path / "no-taskmanager")
     args = [*smoke_args(fra_sample, root, TRAIN_STEPS), *_flink(cluster), "--to",
             "StatisticsGen"]
@@ -220,8 +220,9 @@ def test_no_taskmanager_left_fails_naming_the_component_and_a_rerun_completes(
 
 
 def test_the_jobmanager_gone_is_one_clear_error_and_nothing_is_published(
-        cluster, fra_sample, tmp_path, killed_run):
-    """Last: it stops the JobManager (the module's fixture then stops the rest)."""
+        cluster, fra_sample, tmp_path):
+    """Last of the cluster's tests (pytest keeps the file's order): it kills the JobManager,
+    and the module's fixture then stops the rest."""
     root = str(tmp_path / "no-jobmanager")
     proc = _start_nmt(*smoke_args(fra_sample, root, TRAIN_STEPS), *_flink(cluster))
     lines = _until(proc, "Component FraTxtExampleGen is running.")
