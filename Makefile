@@ -18,7 +18,8 @@ FAST_MARKERS := not (pipeline or external or kubeflow or distributed or slow or 
 # The figures generator runs with the venv's Python if there is one, else any Python 3.10+.
 FIGURES_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: venv run test test-fast figures figures-check clean chromium mariadb java flink flink-if-java
+.PHONY: venv run test test-fast figures figures-check clean chromium mariadb java flink flink-if-java \
+	flink-cluster flink-cluster-stop
 
 venv: $(VENV)/.installed
 
@@ -45,6 +46,17 @@ $(FLINK_JAR): engines/flink-job-server.pom.xml engines/flink.py
 	mvn -q -f engines/flink-job-server.pom.xml dependency:build-classpath -Dmdep.outputFile=$(abspath $@).classpath
 	$(BIN)/python -c 'import sys; from engines import flink; flink.write_launcher_jar(open(sys.argv[1]).read(), sys.argv[2])' $@.classpath $@
 	rm $@.classpath
+
+# A standalone Flink 1.16 session cluster on localhost (engines/flink_cluster.py): a JobManager,
+# FLINK_TASKMANAGERS TaskManagers and Beam's worker pool, with engines/flink-conf.yaml; then
+# `nmt run --beam-runner flink --flink-master 127.0.0.1:8081`. Its files: FLINK_CLUSTER_DIR.
+FLINK_TASKMANAGERS ?= 2
+FLINK_CLUSTER_DIR ?= nmt_runs/flink-cluster
+flink-cluster: flink
+	$(BIN)/python -m engines.flink_cluster start --taskmanagers $(FLINK_TASKMANAGERS) --dir $(FLINK_CLUSTER_DIR)
+
+flink-cluster-stop:
+	$(BIN)/python -m engines.flink_cluster stop --dir $(FLINK_CLUSTER_DIR)
 
 # `make run` sets Flink up where Java and Maven are there, and says in one line when not.
 flink-if-java: venv

@@ -9,7 +9,7 @@ setup(
     packages=find_packages(include=["cli*", "pipeline*", "runners*", "engines*", "inference*",
                                     "metadata*", "components*", "transform_module*",
                                     "trainer_module*", "schemas*"]),
-    package_data={"schemas": ["*.pbtxt"]},
+    package_data={"schemas": ["*.pbtxt"], "engines": ["flink-conf.yaml"]},
     install_requires=[
         "tfx==1.16.0",
         "tensorflow==2.16.2",

@@ -417,34 +417,3 @@ def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
             watchdog.stop()
         for process in reversed(processes):
             _stop(process)
-
-
-@dataclasses.dataclass(frozen=True)
-class FlinkJob:
-    name: str
-    state: str  # Flink's final state: FINISHED, FAILED, CANCELED
-    seconds: float
-
-
-_JOB_STATE = re.compile(r"^(\S+) \[[^\]]*\] INFO \S+ExecutionGraph - Job (\S+) \(\w+\) "
-                        r"switched from state (\w+) to (\w+)\.")
-
-
-def jobs_in_log(log_path: str) -> list[FlinkJob]:
-    """The Flink jobs the job server ran, in order, with their running time."""
-    from datetime import datetime
-
-    started: dict[str, datetime] = {}
-    jobs = []
-    with open(log_path, encoding="utf-8", errors="replace") as log:
-        for line in log:
-            found = _JOB_STATE.match(line)
-            if not found:
-                continue
-            when, name, _, state = found.groups()
-            at = datetime.strptime(when, "%Y-%m-%dT%H:%M:%S.%f%z")
-            if state == "RUNNING":
-                started[name] = at
-            elif state in ("FINISHED", "FAILED", "CANCELED") and name in started:
-                jobs.append(FlinkJob(name, state, (at - started.pop(name)).total_seconds()))
-    return jobs

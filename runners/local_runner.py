@@ -19,7 +19,7 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.utils import dependency_utils
 
-from engines import flink
+from engines import flink_jobs
 from metadata.layouts import RUN_CONTEXT
 from metadata.runs import record_engine
 from metadata.store import connect
@@ -159,7 +159,8 @@ def run(config: PipelineConfig, to_component: str | None = None,
                            "nothing was published: free some space and run the same command "
                            "again (finished components are reused).") from err
         if current.component in on_flink:
-            why = flink_engine.lost or _first_line(err)
+            why = (flink_engine.lost or flink_jobs.failure_reason(flink_engine, err)
+                   or _first_line(err))
             raise RunError(f"{current.component} failed on Flink ({why}); nothing "
                            "was published. The job server's log: "
                            f"{flink_engine.log_path}. Run the same command again: finished "
@@ -172,7 +173,7 @@ def run(config: PipelineConfig, to_component: str | None = None,
     stopped_at = None if to_component == _LAST_COMPONENT else to_component
     facts = run_summary.collect(config, time.monotonic() - started, stopped_at,
                                 engine=engine, flink_jobs=(
-                                    flink.jobs_in_log(flink_engine.log_path)
+                                    flink_jobs.jobs(flink_engine, started_at)
                                     if flink_engine else ()))
     # A warning when the candidate was rejected: the run did not deliver a new model.
     rejected = facts.verdict is not None and not facts.verdict.blessed
