@@ -97,11 +97,13 @@ def _evaluate(model_dir: str, source: str, reference: str) -> dict:
             "bleu": scores["bleu"], "chrf": scores["chrf"]}
 
 
-_PEAK = """import resource, sys
+# VmHWM, not ru_maxrss: Linux starts an exec'd child's ru_maxrss at its spawner's peak, and
+# this process's is that of every model it loaded.
+_PEAK = """import sys
 from inference import translate
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines()[:int(sys.argv[3]) or None]
 translate.translate(lines, sys.argv[1], by_length=False)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"""
+print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))"""
 
 
 def peak_memory_mb(model_dir: str, source: str, lines: int) -> float:
