@@ -221,9 +221,33 @@ def _figure(label: str, source: str, value: Cell) -> Row:
 
 
 GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
-# the AMD EPYC make run's model with the loop guard one pass per copy length, then in one
-# pass (the default export, DEFAULT_DECODING), then the rotary model
-DECODING, DEFAULT_DECODING = "translate_speed_rotary_epyc_bf16.json", 1
+GREEDY_INPUT, BEAM_INPUT = "greedy, input order", "beam 4, input order"
+# The export before issue #67's changes (f223834's), then today's, from the same weights.
+DECODING, DEFAULT_DECODING = "translate_speed_compaction_avx2.json", 1
+# The AMD EPYC make run's model with the loop guard one pass per copy length, then in one
+# pass, then the rotary model.
+LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
+SERVING_PROFILE, EVALUATOR_TIME = "serving_profile_avx2.json", "evaluator_time_avx2.json"
+
+
+def _faster_than_before(variant: str) -> Callable[[dict], str]:
+    """Today's export's sentences per second over the export before it (best rounds)."""
+    return lambda r: f"{_speed(r, variant) / _speed(r, variant, model=0):.2f}×"
+
+
+def _variants(record: dict) -> list[dict]:
+    """A translate_speed.py result's variants, before and today, as rows."""
+    before, today = list(record["figures"]["models"].values())[:2]
+    return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
+             "today": max(figures["sentences_per_second"]),
+             "differ": figures.get("outputs_differing_from_the_first_model", "–"),
+             "sentences": figures["sentences"]}
+            for name, figures in today.items()]
+
+
+def _per_model(record: dict, key: str, fold: Callable = min) -> str:
+    """`key` of each model in a result's figures[key] (before / today), folded over rounds."""
+    return " / ".join(f"{fold(v['seconds']):.0f}" for v in record["figures"][key].values())
 # Flink's rows in these files ran with Java's default heap, before flink.JOB_SERVER_HEAP.
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
            "DirectRunner, 2 workers"), ("flink", "Flink, Java's default JVM heap"))
@@ -361,9 +385,16 @@ TABLES = (
         _figure("beam 4's time per sentence over greedy's", DECODING,
                 lambda r: f"{_speed(r, BEAM, MS) / _speed(r, GREEDY, MS):.1f}×"),
         _figure("time per sentence, the loop guard in one pass against one pass per copy "
-                "length, greedy / beam 4", DECODING,
-                lambda r: " / ".join(f"{_speed(r, v, MS) / _speed(r, v, MS, 0):.2f}×"
+                "length, greedy / beam 4", LOOP_GUARD_DECODING,
+                lambda r: " / ".join(f"{_speed(r, v, MS, 1) / _speed(r, v, MS, 0):.2f}×"
                                      for v in (GREEDY, BEAM))),
+        _figure("decoding in the request's order, today's export over the one before, greedy / "
+                "beam 4", DECODING, lambda r: " / ".join(
+                    _faster_than_before(v)(r) for v in (GREEDY_INPUT, BEAM_INPUT))),
+        _figure("`nmt evaluate` on the dev set, s, before / today", DECODING,
+                lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("the Evaluator in `make run`'s setting, s, before / today", EVALUATOR_TIME,
+                lambda r: _per_model(r, "models")),
         _figure("training step, ms, mixed_bfloat16 / float32",
                 "step_time_loss_gradient_amx.json",
                 "{figures[ms_per_step_median][bf16]:.0f} / "
@@ -387,6 +418,18 @@ TABLES = (
         _figure("`make test`: tests passed, minutes", "test_suite.json",
                 "{figures[passed]} in {figures[minutes]:.0f}"),
     )),
+    Table("serving-profile", ("stage", "seconds, 1,000 dev lines", "share of the greedy signature"),
+          (Row(SERVING_PROFILE, ("{item[stage]}", "{item[seconds]:.2f}", "{item[share]}"),
+               items=lambda r: [{"stage": stage, "seconds": seconds,
+                                 "share": (f"{seconds / r['figures']['seconds']['whole signature, greedy']:.0%}"
+                                           if "beam" not in stage else "–")}
+                                for stage, seconds in r["figures"]["seconds"].items()]),)),
+    Table("decoding", ("variant", "before, sentences/s", "today, sentences/s", "today over before",
+                       "outputs that differ", "lines"),
+          (Row(DECODING, ("{item[variant]}", "{item[before]:.1f}", "{item[today]:.1f}",
+                          lambda r: f"{r['item']['today'] / r['item']['before']:.2f}×",
+                          "{item[differ]}", "{item[sentences]:,}"),
+               items=_variants),)),
     Table("scaling", ("component", "1× s", "4× s", "16× s", "16× s, 2 workers",
                       "16× peak MB, in memory / 2 workers"),
           tuple(Row("scale.json", (
