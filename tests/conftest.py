@@ -120,8 +120,9 @@ def _write_worker_timeline(terminalreporter) -> None:
 
 # The longest units (by make test's worker timeline), started first: xdist orders units by
 # their number of tests, which would leave the longest one running alone at the end.
-LONGEST_FIRST = ("the smoke root", "tests/test_faults.py", "tests/test_distributed.py",
-                 "tests/test_flink.py", "tests/test_kubeflow_launcher.py")
+LONGEST_FIRST = ("tests/test_flink_cluster.py", "the smoke root", "tests/test_faults.py",
+                 "tests/test_distributed.py", "tests/test_flink.py",
+                 "tests/test_kubeflow_launcher.py")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
