@@ -29,6 +29,7 @@ EXPECTED_ERRORS: tuple[tuple[str, str, int], ...] = (
     ("metadata.store", "MetadataError", 2),  # no store, an unknown run or artifact...
     ("runners.kfp_client", "UnsupportedStorageError", 2),  # an s3:// or minio:// path
     ("engines.flink", "EngineError", 2),  # no Java, no job server, no cluster at that address
+    ("trainer_module.warm_start", "WarmStartError", 2),  # --warm-start cannot continue the base
     (__name__, "CommandError", 1),
     ("runners.run_lock", "RunError", 1),  # the run failed, or another one holds the root
     ("runners.kfp_client", "KfpError", 1),  # the KFP API refused or is unreachable

@@ -106,6 +106,11 @@ def _lineage_tables(result: dict[str, Any]) -> list[Table]:
     chain = _ARTIFACT_COLUMNS[:4] + [("inputs", "FROM")] + _ARTIFACT_COLUMNS[4:]
     tables: list[Table] = [(f"Lineage of artifact {result['target']}, back to the input file",
                             result["chain"], chain)]
+    if len(result["models"]) > 1:  # a warm-started chain
+        tables.append(("Models behind it, newest first (each warm-started from the next)",
+                       result["models"], [("model", "MODEL"), ("run", "RUN"),
+                                          ("trained_steps", "STEPS"),
+                                          ("total_train_steps", "TOTAL STEPS")]))
     if result["hyperparameters"]:
         tables.append(("Trainer hyperparameters",
                        [{"name": k, "value": v} for k, v in result["hyperparameters"].items()],
@@ -119,7 +124,8 @@ def _models_tables(models: list[dict[str, Any]]) -> list[Table]:
              f"{signature('bleu', 1)}; chrF {signature('chrf', 1)}). ALL: against every "
              "reference (nrefs:var). 1REF gates the Pusher.")
     return [(title, rows, [("model", "MODEL"), ("run", "RUN"), ("trained_steps", "STEPS"),
-                           ("train_steps", "OF"), ("bleu_1ref", "BLEU-1REF"),
+                           ("train_steps", "OF"), ("total_train_steps", "TOTAL"),
+                           ("bleu_1ref", "BLEU-1REF"),
                            ("chrf_1ref", "CHRF-1REF"), ("bleu", "BLEU-ALL"),
                            ("chrf", "CHRF-ALL"), ("blessed", "BLESSED"),
                            ("pushed_version", "PUSHED"), ("serving", ""), ("uri", "URI")])]

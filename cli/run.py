@@ -74,6 +74,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--max-metric-drop", type=float, default=config_lib.DEFAULT_MAX_METRIC_DROP,
                      help="bless only if BLEU and chrF are at most this many points below the "
                           "latest blessed model")
+    run.add_argument("--warm-start", action="store_true",
+                     help="start training from the newest served model's weights, its "
+                          "vocabulary kept (from scratch if nothing is served yet)")
+    run.add_argument("--fresh-if-incompatible", action="store_true",
+                     help="with --warm-start: train from scratch when this run's settings "
+                          "cannot continue the served model (else that is an error)")
     run.add_argument("--no-cache", action="store_true", help="re-execute every component")
     run.add_argument("--to", dest="to_component", metavar="COMPONENT",
                      help="stop after this component, e.g. StrictExampleValidator")
@@ -97,6 +103,12 @@ def run_command(args: argparse.Namespace) -> int:
         max_metric_drop=args.max_metric_drop,
         beam_pipeline_args=tuple(args.beam_args or config_lib.DEFAULT_BEAM_ARGS),
         enable_cache=not args.no_cache, **kwargs)
+    if args.fresh_if_incompatible and not args.warm_start:
+        raise UsageError("--fresh-if-incompatible goes with --warm-start.")
+    if args.warm_start:
+        from pipeline import warm_start
+
+        config = warm_start.plan(config, args.fresh_if_incompatible)
     engine = contextlib.nullcontext()
     if args.beam_runner == "flink":
         from engines import flink

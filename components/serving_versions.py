@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import time
 
-from tfx.dsl.io import fileio
-
 SAVED_MODEL = "saved_model.pb"  # written last on object stores: a version's "complete" mark
+# A served version taken as a warm start's base (components/served_model.py) records these on
+# its Model artifact; `nmt metadata lineage` follows them back to the run that pushed it.
+SERVED_VERSION = "served_version"
+SERVED_PATH = "served_path"
 
 
 def is_object_store(path: str) -> bool:
@@ -18,6 +20,8 @@ def is_object_store(path: str) -> bool:
 
 def version_names(base_directory: str) -> list[int]:
     """Every integer-named entry, complete or still being written."""
+    from tfx.dsl.io import fileio  # TensorFlow's file systems: not for `nmt metadata`
+
     if not fileio.exists(base_directory):
         return []
     return sorted(int(name.rstrip("/")) for name in fileio.listdir(base_directory)
@@ -29,6 +33,8 @@ def pushed_versions(base_directory: str) -> list[int]:
 
     Lists through TFX's filesystem layer: tf.io.gfile for gs://, s3://, hdfs:// and local paths.
     """
+    from tfx.dsl.io import fileio
+
     return [v for v in version_names(base_directory)
             if fileio.exists(os.path.join(base_directory, str(v), SAVED_MODEL))]
 

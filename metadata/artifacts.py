@@ -16,10 +16,11 @@ from typing import IO, Any, Callable
 import ml_metadata as mlmd
 from ml_metadata.proto import metadata_store_pb2
 
+from components.serving_versions import SERVED_PATH, SERVED_VERSION
 from metadata.graph import Graph, find_run, load_graph
 from metadata.store import MetadataError
 from metadata.values import custom_properties, iso
-from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE
+from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE, TRAINING_RECORD
 
 SERVING_MODEL_DIR = "Format-Serving"  # the SavedModel inside a Model artifact
 
@@ -134,8 +135,18 @@ def pushed_properties(graph: Graph, artifact: metadata_store_pb2.Artifact) -> di
             "destination": custom.get("pushed_destination")}
 
 
+def _model_properties(graph: Graph, artifact: metadata_store_pb2.Artifact) -> dict[str, Any]:
+    """The steps behind a trained model; for a warm start's base, the served version it is."""
+    served = custom_properties(artifact)
+    if served.get(SERVED_VERSION):
+        return {"served_version": served[SERVED_VERSION], "served_path": served[SERVED_PATH]}
+    total = total_train_steps(artifact)
+    return {"total_train_steps": total} if total is not None else {}
+
+
 _PROPERTIES: dict[str, Callable[[Graph, metadata_store_pb2.Artifact], dict[str, Any]]] = {
     "Examples": _examples_properties,
+    "Model": _model_properties,
     "ModelEvaluation": _evaluation_properties,
     "ModelBlessing": blessing_properties,
     "PushedModel": pushed_properties,
@@ -179,6 +190,13 @@ def _model_run_json(graph: Graph, model: metadata_store_pb2.Artifact, name: str)
 def model_hparams(graph: Graph, model: metadata_store_pb2.Artifact) -> dict[str, Any] | None:
     """The Trainer's full hyperparameters."""
     return _model_run_json(graph, model, HPARAMS_FILE)
+
+
+def total_train_steps(model: metadata_store_pb2.Artifact) -> int | None:
+    """The training steps behind a model: its own, plus its base's total for a warm start
+    (the record in its SavedModel; None for a model exported before records existed)."""
+    record = read_json(os.path.join(model.uri, "Format-Serving", TRAINING_RECORD))
+    return record.get("total_train_steps") if record else None
 
 
 def trained_steps(graph: Graph, model: metadata_store_pb2.Artifact) -> int | None:

@@ -8,7 +8,9 @@ from typing import Any
 import ml_metadata as mlmd
 from ml_metadata.proto import metadata_store_pb2
 
-from metadata.artifacts import describe, input_file, model_hparams, pushed_properties
+from components.serving_versions import SERVED_PATH
+from metadata.artifacts import (describe, input_file, model_hparams, pushed_properties,
+                                total_train_steps, trained_steps)
 from metadata.graph import Graph, load_graph
 from metadata.store import MetadataError
 from metadata.values import custom_properties
@@ -30,9 +32,15 @@ def _resolve_artifact(graph: Graph, ref: str) -> metadata_store_pb2.Artifact:
 
 
 def _lineage_inputs(graph: Graph, artifact_id: int) -> list[int]:
+    """The artifacts it was made from: its producer's inputs; for a warm start's base model
+    (a served version), the push that served it, and so the model trained before."""
     producer = graph.producer.get(artifact_id)
-    return sorted({a for key, a in graph.inputs.get(producer, []) if key not in _NOT_LINEAGE},
-                  reverse=True)
+    found = {a for key, a in graph.inputs.get(producer, []) if key not in _NOT_LINEAGE}
+    served = custom_properties(graph.artifacts[artifact_id]).get(SERVED_PATH)
+    if served:
+        found |= {a.id for a in graph.artifacts.values() if a.type == "PushedModel"
+                  and pushed_properties(graph, a).get("destination") == served}
+    return sorted(found, reverse=True)
 
 
 def _upstream(graph: Graph, artifact_id: int) -> set[int]:
@@ -62,8 +70,12 @@ def lineage(store: mlmd.MetadataStore, ref: str) -> dict[str, Any]:
                "created": None, "properties": {"size_bytes": f["size_bytes"],
                                                "sha256": f["sha256"]}, "inputs": []}
               for f in files]
-    models = [graph.artifacts[node["id"]] for node in chain if node["type"] == "Model"]
+    models = [graph.artifacts[node["id"]] for node in chain if node["type"] == "Model"
+              and not custom_properties(graph.artifacts[node["id"]]).get(SERVED_PATH)]
     return {"target": target.id, "chain": chain,
+            "models": [{"model": m.id, "run": graph.run_name(graph.producer.get(m.id)),
+                        "trained_steps": trained_steps(graph, m),
+                        "total_train_steps": total_train_steps(m)} for m in models],
             "hyperparameters": model_hparams(graph, models[0]) if models else None}
 
 

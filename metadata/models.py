@@ -8,10 +8,11 @@ from typing import Any
 import ml_metadata as mlmd
 from ml_metadata.proto import metadata_store_pb2
 
+from components.serving_versions import SERVED_PATH
 from metadata.artifacts import (blessing_properties, model_hparams, pushed_properties,
-                                trained_steps)
+                                total_train_steps, trained_steps)
 from metadata.graph import Graph, load_graph
-from metadata.values import iso
+from metadata.values import custom_properties, iso
 
 
 def _pushes(graph: Graph) -> dict[int, list[dict[str, Any]]]:
@@ -52,8 +53,9 @@ def list_models(store: mlmd.MetadataStore) -> list[dict[str, Any]]:
     pushes = _pushes(graph)
     serving = _serving(pushes)
     models = []
-    for model in sorted((a for a in graph.artifacts.values() if a.type == "Model"),
-                        key=lambda a: a.id, reverse=True):
+    trained = (a for a in graph.artifacts.values()  # not a warm start's copy of a served one
+               if a.type == "Model" and not custom_properties(a).get(SERVED_PATH))
+    for model in sorted(trained, key=lambda a: a.id, reverse=True):
         blessing = _latest_blessing(graph, model.id)
         judged = blessing_properties(graph, blessing) if blessing else {}
         model_pushes = sorted(pushes.get(model.id, []), key=lambda p: int(p["version"]))
@@ -62,6 +64,7 @@ def list_models(store: mlmd.MetadataStore) -> list[dict[str, Any]]:
             "created": iso(model.create_time_since_epoch),
             "train_steps": (model_hparams(graph, model) or {}).get("train_steps"),
             "trained_steps": trained_steps(graph, model),
+            "total_train_steps": total_train_steps(model),
             "bleu_1ref": judged.get("bleu_1ref"), "chrf_1ref": judged.get("chrf_1ref"),
             "bleu": judged.get("bleu"), "chrf": judged.get("chrf"),
             "blessed": judged.get("blessed"), "baseline_model": judged.get("baseline_model"),

@@ -70,6 +70,10 @@ class PipelineConfig:
     beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
     enable_cache: bool = True
     compare_with_latest_blessed: bool = True  # False on open-source KFP (no resolver steps)
+    # A warm start (pipeline/warm_start.py): the served version the Trainer starts from, and
+    # the directory of its vocabulary, which Transform keeps instead of learning one.
+    warm_start_version: int | None = None
+    base_vocabulary: str = ""
 
     @property
     def data_root(self) -> str:
@@ -96,12 +100,24 @@ class PipelineConfig:
         return os.path.join(self.pipeline_root, "serving", self.pipeline_name)
 
     @property
+    def vocabulary_settings(self) -> dict[str, Any]:
+        """Transform's settings that decide the vocabulary and what its ids mean: a served
+        model's vocabulary is kept only by a run with the same ones (pipeline/warm_start.py)."""
+        return {"tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
+                "frequency_threshold": self.vocab_frequency_threshold,
+                "whole_numbers": self.whole_numbers, "split_elisions": self.split_elisions,
+                "joint_vocabulary": self.joint_vocabulary,
+                "wordpiece_min_count": self.wordpiece_min_count,
+                "wordpiece_max_words": self.wordpiece_max_words}
+
+    @property
     def trainer_settings(self) -> TrainerSettings:
         """The Trainer's custom_config; the Evaluator's threshold is bound to its profile."""
         return TrainerSettings(
             profile=self.profile, train_minutes=self.train_minutes, precision=self.precision,
             hparams=dict(self.hparams), min_bleu=self.min_bleu, gate_profile=self.profile,
-            checkpoint_root=self.checkpoint_root, code_version=code_version(TRAINER_MODULE))
+            checkpoint_root=self.checkpoint_root, code_version=code_version(TRAINER_MODULE),
+            transform=self.vocabulary_settings)
 
 
 def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
@@ -118,13 +134,9 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         split_percentages=config.split_percentages,
         max_line_bytes=config.max_line_bytes,
         max_references=config.max_references,
-        transform_config={"tokenizer": config.tokenizer, "vocab_size": config.vocab_size,
-                          "frequency_threshold": config.vocab_frequency_threshold,
-                          "whole_numbers": config.whole_numbers,
-                          "split_elisions": config.split_elisions,
-                          "joint_vocabulary": config.joint_vocabulary,
-                          "wordpiece_min_count": config.wordpiece_min_count,
-                          "wordpiece_max_words": config.wordpiece_max_words,
+        transform_config={**config.vocabulary_settings,
+                          **({"base_vocabulary": config.base_vocabulary}
+                             if config.base_vocabulary else {}),
                           "code_version": code_version(TRANSFORM_MODULE)},
         train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config=trainer.to_config(),
@@ -133,5 +145,6 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         serving_dir=config.serving_dir,
         beam_pipeline_args=config.beam_pipeline_args,
         compare_with_latest_blessed=config.compare_with_latest_blessed,
+        warm_start_version=config.warm_start_version,
         enable_cache=config.enable_cache,
     )

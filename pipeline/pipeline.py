@@ -18,6 +18,7 @@ from tfx.types import Channel, standard_artifacts
 
 from components.atomic_pusher import AtomicPusher
 from components.fra_example_gen.component import FraTxtExampleGen
+from components.served_model import ServedModel
 from components.strict_example_validator import StrictExampleValidator
 from pipeline.config import TRAINER_MODULE, TRANSFORM_MODULE
 from pipeline.eval_config import make_eval_config
@@ -44,12 +45,15 @@ def create_pipeline(
     serving_dir: str,
     beam_pipeline_args: Sequence[str],
     compare_with_latest_blessed: bool = True,
+    warm_start_version: int | None = None,
     enable_cache: bool = True,
     metadata_connection_config: metadata_store_pb2.ConnectionConfig | None = None,
 ) -> Pipeline:
     """fra.txt -> ExampleGen -> StatisticsGen -> schema -> ExampleValidator -> Transform
     -> Trainer -> Evaluator (against the latest blessed model) -> Pusher.
 
+    With `warm_start_version`, the Trainer starts from that served version (ServedModel ->
+    Trainer's base_model; Transform keeps its vocabulary through `transform_config`).
     Without `compare_with_latest_blessed` there is no baseline Resolver (open-source KFP
     cannot run resolver steps) and the Evaluator blesses on the BLEU threshold alone.
     """
@@ -68,11 +72,14 @@ def create_pipeline(
         custom_config=transform_config,
         disable_statistics=True)  # StatisticsGen has the raw data's; nothing reads Transform's
     transform.add_upstream_node(example_validator)  # never transform data that failed validation
+    served_model = ServedModel(serving_dir=serving_dir, version=warm_start_version) \
+        if warm_start_version else None
     trainer = Trainer(
         run_fn=RUN_FN,
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         schema=schema_gen.outputs["schema"],
+        base_model=served_model.outputs["model"] if served_model else None,
         train_args=train_args,
         eval_args=trainer_pb2.EvalArgs(num_steps=0),
         custom_config=trainer_config)
@@ -94,7 +101,8 @@ def create_pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=pipeline_root,
         components=[example_gen, statistics_gen, schema_gen, example_validator, transform,
-                    trainer, *([latest_blessed_model] if compare_with_latest_blessed else []),
+                    *([served_model] if served_model else []), trainer,
+                    *([latest_blessed_model] if compare_with_latest_blessed else []),
                     evaluator, pusher],
         enable_cache=enable_cache,
         metadata_connection_config=metadata_connection_config,

@@ -130,9 +130,10 @@ def test_history_counts_training_seconds_across_a_restart(tmp_path, monkeypatch)
 
 def test_a_rerun_resumes_the_same_trainings_checkpoints_and_new_code_starts_anew():
     """The checkpoint directory (and the budget's plan kept in it) belongs to one training:
-    same data, hparams and Trainer code. A code fix must not resume the old training."""
+    same data, hparams, base model and Trainer code. A code fix must not resume the old
+    training."""
     fn_args = types.SimpleNamespace(model_run_dir="/run/1", train_files=["/t/b", "/t/a"],
-                                    transform_output="/transform/7")
+                                    transform_output="/transform/7", base_model=None)
     hparams = get_profile("smoke")
     settings = TrainerSettings(profile="smoke", checkpoint_root="/root/checkpoints",
                                code_version="c0de")
@@ -145,6 +146,9 @@ def test_a_rerun_resumes_the_same_trainings_checkpoints_and_new_code_starts_anew
         fn_args, dataclasses.replace(settings, code_version="f1x"), hparams) != first
     assert task.checkpoint_dir_for(
         fn_args, settings, dataclasses.replace(hparams, dropout_rate=0.2)) != first
+    # a warm start from a served model is another training than a fresh one
+    warm = types.SimpleNamespace(**{**vars(fn_args), "base_model": "/served/1/Format-Serving"})
+    assert task.checkpoint_dir_for(warm, settings, hparams) != first
 
 
 def test_non_chief_checkpoints_are_written_then_deleted(tmp_path):

@@ -156,10 +156,17 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     from the start. The optimizer counts iterations from 0; the paper's step numbers start at 1,
     so the first update already has a non-zero rate, and so does the last one
     (step == train_steps). Peak: scale * (d_model * warmup_steps)^-0.5.
+
+    A run that continues a trained model (`step_offset`: the steps behind it) takes the paper's
+    rate where that model's training left it, past the peak, instead of warming up to the peak
+    again: the weights are already past the phase the warm-up protects. Its optimizer starts
+    with empty moments (a served model carries none), so the rate rises linearly from zero over
+    `rewarm_steps` first, as Adam's first steps are otherwise full-size.
     """
 
     def __init__(self, d_model: int, warmup_steps: int, scale: float = 1.0,
-                 train_steps: int | tf.Variable = 0, cooldown_fraction: float = 0.0) -> None:
+                 train_steps: int | tf.Variable = 0, cooldown_fraction: float = 0.0,
+                 step_offset: int = 0, rewarm_steps: int = 0) -> None:
         super().__init__()
         if not 0.0 <= cooldown_fraction <= 1.0:
             raise ValueError(f"cooldown_fraction must be in [0, 1], got {cooldown_fraction}")
@@ -168,6 +175,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.scale = scale
         self.train_steps = train_steps
         self.cooldown_fraction = cooldown_fraction
+        self.step_offset = step_offset
+        self.rewarm_steps = rewarm_steps
 
     @property
     def cooldown_steps(self) -> int:
@@ -176,8 +185,11 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step: tf.Tensor) -> tf.Tensor:
         step = tf.cast(step, tf.float32) + 1.0
+        total = step + self.step_offset
         rate = (self.scale * self.d_model ** -0.5
-                * tf.minimum(tf.math.rsqrt(step), step * self.warmup_steps ** -1.5))
+                * tf.minimum(tf.math.rsqrt(total), total * self.warmup_steps ** -1.5))
+        if self.rewarm_steps:
+            rate *= tf.minimum(step / self.rewarm_steps, 1.0)
         if not self.cooldown_fraction:
             return rate
         # float64 and round-half-to-even, as Python's round() in `cooldown_steps`.
@@ -190,7 +202,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self) -> dict[str, Any]:
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale,
                 "train_steps": step_count(self.train_steps),
-                "cooldown_fraction": self.cooldown_fraction}
+                "cooldown_fraction": self.cooldown_fraction, "step_offset": self.step_offset,
+                "rewarm_steps": self.rewarm_steps}
 
 
 def step_count(steps: int | tf.Variable) -> int:
@@ -208,17 +221,24 @@ def peak_learning_rate(hparams: HParams) -> float:
     return hparams.learning_rate_scale * (hparams.d_model * hparams.warmup_steps) ** -0.5
 
 
-def learning_rate_schedule(hparams: HParams,
-                           train_steps: int | tf.Variable | None = None) -> TransformerSchedule:
+def rewarm_steps(hparams: HParams) -> int:
+    """A continued run's linear rise to its rate: a tenth of the first run's warm-up."""
+    return max(hparams.warmup_steps // 10, 1)
+
+
+def learning_rate_schedule(hparams: HParams, train_steps: int | tf.Variable | None = None,
+                           steps_before: int = 0) -> TransformerSchedule:
     """The warm-up schedule scaled for the profile, with its cooldown if any, ending at
-    `train_steps` (default: the profile's; a variable when a time budget decides it)."""
+    `train_steps` (default: the profile's; a variable when a time budget decides it); for a
+    model with `steps_before` steps of training behind it, continued where they left it."""
     return TransformerSchedule(hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale,
                                hparams.train_steps if train_steps is None else train_steps,
-                               hparams.cooldown_fraction)
+                               hparams.cooldown_fraction, step_offset=steps_before,
+                               rewarm_steps=rewarm_steps(hparams) if steps_before else 0)
 
 
-def make_optimizer(hparams: HParams,
-                   train_steps: int | tf.Variable | None = None) -> keras.optimizers.Optimizer:
+def make_optimizer(hparams: HParams, train_steps: int | tf.Variable | None = None,
+                   steps_before: int = 0) -> keras.optimizers.Optimizer:
     """Adam(0.9, 0.98, 1e-9 by default) on the warm-up schedule ending at `train_steps`;
     loss-scaled under float16; with a moving average of the weights if hparams.ema_momentum > 0.
 
@@ -231,7 +251,7 @@ def make_optimizer(hparams: HParams,
         optimizer = keras.optimizers.RMSprop(**averaging)
     else:
         optimizer = keras.optimizers.Adam(
-            learning_rate=learning_rate_schedule(hparams, train_steps),
+            learning_rate=learning_rate_schedule(hparams, train_steps, steps_before),
             beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon,
             **averaging)
     if hparams.precision == "mixed_float16":  # bfloat16 has float32's range: no scaling

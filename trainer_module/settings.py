@@ -16,6 +16,9 @@ from trainer_module import hparams as hparams_lib
 # The files run_fn writes into its ModelRun artifact (`nmt metadata` and `nmt report` read them).
 HISTORY_FILE = "history.json"  # metrics and training seconds at each checkpoint
 HPARAMS_FILE = "hparams.json"  # the HParams trained, train_steps the realized count
+# Inside the exported SavedModel (TF Serving ignores assets.extra): what trained it, for a
+# later warm start and `nmt metadata models` (trainer_module/warm_start.py).
+TRAINING_RECORD = "assets.extra/nmt_training.json"
 
 
 class SettingsError(ValueError):
@@ -35,6 +38,9 @@ class TrainerSettings:
     gate_profile: str | None = None
     checkpoint_root: str | None = None  # default: inside the Trainer's own output
     code_version: str | None = None  # the Trainer code's fingerprint: new code, new execution
+    # Transform's settings, recorded with the exported model so that a warm start can tell
+    # whether it may keep that model's vocabulary (trainer_module/warm_start.py).
+    transform: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         try:

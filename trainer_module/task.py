@@ -20,12 +20,13 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from trainer_module import budget, callbacks, devices, export, hparams as hparams_lib
+from trainer_module import (budget, callbacks, devices, export, hparams as hparams_lib,
+                            warm_start)
 from trainer_module.input_pipeline import make_dataset, validation_dataset
 from trainer_module.model import Transformer
 from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE, TrainerSettings
 from trainer_module.optimization import (GlobalTokenMeanLoss, MaskedAccuracy, Perplexity,
-                                         make_optimizer)
+                                         make_optimizer, rewarm_steps)
 from transform_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB,
                                             shares_vocabulary)
 
@@ -56,24 +57,27 @@ def vocab_sizes(tf_transform_output: tft.TFTransformOutput) -> tuple[int, int]:
 
 def checkpoint_dir_for(fn_args: FnArgs, settings: TrainerSettings,
                     hparams: hparams_lib.HParams) -> str:
-    """Stable across re-runs of the same training (same data, hparams and Trainer code), so a
-    killed Trainer resumes where it stopped instead of starting over; new code trains anew
-    (the time budget's plan is kept here too, so it would otherwise outlive a fix)."""
+    """Stable across re-runs of the same training (same data, hparams, base model and Trainer
+    code), so a killed Trainer resumes where it stopped instead of starting over; new code
+    trains anew (the time budget's plan is kept here too, so it would otherwise outlive a
+    fix)."""
     root = settings.checkpoint_root or os.path.join(fn_args.model_run_dir, "checkpoints")
     key = json.dumps([dataclasses.asdict(hparams), sorted(fn_args.train_files),
-                      fn_args.transform_output, settings.code_version], sort_keys=True)
+                      fn_args.transform_output, settings.code_version,
+                      *([fn_args.base_model] if fn_args.base_model else [])], sort_keys=True)
     return os.path.join(root, hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
-def build_keras_model(hparams: hparams_lib.HParams,
-                      final_step: tf.Variable | None = None) -> Transformer:
+def build_keras_model(hparams: hparams_lib.HParams, final_step: tf.Variable | None = None,
+                      steps_before: int = 0) -> Transformer:
     """The compiled model, its and the optimizer's variables created (so a checkpoint restores
     into them at once, even when no training step follows). The learning-rate schedule ends at
-    `final_step` (default: hparams.train_steps)."""
+    `final_step` (default: hparams.train_steps), continuing `steps_before` steps of a base
+    model's training."""
     model = Transformer(hparams)
     model((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
     model.compile(
-        optimizer=make_optimizer(hparams, final_step),
+        optimizer=make_optimizer(hparams, final_step, steps_before),
         loss=GlobalTokenMeanLoss(hparams.label_smoothing),
         metrics=[MaskedAccuracy(), Perplexity(), callbacks.TargetTokens()],
         jit_compile=hparams.use_xla)
@@ -110,6 +114,23 @@ def _probe(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput,
     return budget.seconds_per_step(build_keras_model(hparams), batches)
 
 
+def _base(model_dir: str, tf_transform_output: tft.TFTransformOutput
+          ) -> warm_start.TrainingRecord:
+    """The base model's record, once its vocabulary is known to be this Transform's: the same
+    files, so that every id means the same piece (Transform keeps it, see base_vocabulary)."""
+    base = warm_start.base_record(model_dir)
+    for name in (SOURCE_VOCAB, TARGET_VOCAB):
+        mine = tf_transform_output.vocabulary_file_by_name(name)
+        theirs = os.path.join(model_dir, "assets", os.path.basename(mine))
+        if not tf.io.gfile.exists(theirs) or \
+                tf.io.gfile.GFile(theirs, "rb").read() != tf.io.gfile.GFile(mine, "rb").read():
+            raise warm_start.WarmStartError(
+                f"Transform's vocabulary {os.path.basename(mine)} is not the base model's "
+                f"({theirs}): its ids would mean other pieces; run Transform with the base's "
+                "vocabulary (nmt run --warm-start keeps it).")
+    return base
+
+
 def run_fn(fn_args: FnArgs) -> None:
     """Trains with checkpoints every `checkpoint_every` steps, then exports for serving.
 
@@ -121,6 +142,12 @@ def run_fn(fn_args: FnArgs) -> None:
     overrides = settings.overrides()  # they win over the time budget's plan
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     hparams = _hparams(settings, fn_args.train_steps or 0, tf_transform_output)
+    profile = _hparams(settings, fn_args.train_steps or 0, tf_transform_output, overridden=False)
+    base = _base(fn_args.base_model, tf_transform_output) if fn_args.base_model else None
+    if base:
+        hparams = warm_start.continued_hparams(base, hparams, overrides)
+        profile = warm_start.continued_hparams(base, profile, {})
+    steps_before = base.total_train_steps if base else 0
     strategy = devices.choose_strategy()
     chief = devices.writes_results(strategy)
     # Keyed before the plan, so that a re-run finds it and the plan kept there.
@@ -129,8 +156,7 @@ def run_fn(fn_args: FnArgs) -> None:
     plan = budget.Plan.load(checkpoint_dir)
     if plan is None:
         plan = budget.make_plan(
-            _hparams(settings, fn_args.train_steps or 0, tf_transform_output, overridden=False),
-            functools.partial(_probe, fn_args, tf_transform_output), strategy,
+            profile, functools.partial(_probe, fn_args, tf_transform_output), strategy,
             seconds_left=lambda: hparams.train_minutes * 60 - (time.time() - started),
             overrides=overrides)
         if chief:
@@ -141,7 +167,7 @@ def run_fn(fn_args: FnArgs) -> None:
         # The last step: known, or 0 until the time budget decides it (checkpointed with it).
         final_step = tf.Variable(0 if hparams.train_minutes else hparams.train_steps,
                                  trainable=False, dtype=tf.int64, name="final_step")
-        model = build_keras_model(hparams, final_step)
+        model = build_keras_model(hparams, final_step, steps_before)
         # The uniform average of the last weights, if asked for (checkpointed with them).
         average = callbacks.WeightAverage(model.trainable_variables, final_step,
                                           hparams.averaged_fraction) \
@@ -157,6 +183,12 @@ def run_fn(fn_args: FnArgs) -> None:
                       f"{int(final_step.numpy()):,}" if int(final_step.numpy()) else
                       f"a {hparams.train_minutes:g}-minute budget, "
                       f"{callbacks.seconds_trained(history_path, step):.1f} s of it spent")
+        elif base:
+            warm_start.restore_weights(model, fn_args.base_model)
+            _LOG.info("Starting from the base model's weights (%s training steps behind it): "
+                      "the learning rate continues its schedule from there, rising over the "
+                      "first %d steps.", f"{steps_before:,}",
+                      rewarm_steps(hparams))
         write_dir = checkpoint_dir if chief else os.path.join(
             checkpoint_dir, f".{devices.worker_name(strategy)}-temp")
         manager = tf.train.CheckpointManager(
@@ -201,6 +233,9 @@ def run_fn(fn_args: FnArgs) -> None:
                   averaged_steps)
     export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
                              fn_args.serving_model_dir)
+    warm_start.write_record(fn_args.serving_model_dir, warm_start.TrainingRecord(
+        hparams=dataclasses.asdict(hparams), train_steps=hparams.train_steps,
+        total_train_steps=steps_before + hparams.train_steps, transform=settings.transform))
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
                           (HPARAMS_FILE, dataclasses.asdict(hparams))):
         with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, name), "w") as f:

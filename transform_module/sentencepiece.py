@@ -15,6 +15,7 @@ import os
 import time
 
 import apache_beam as beam
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
@@ -46,6 +47,55 @@ def sentencepiece_vocabularies(sentences: dict[str, tf.Tensor], vocab_size: int,
         output_asset_default_values=[b"[UNK]", b""] * len(names),
         name="_".join(names) + "_sentencepiece")
     return {name: (paths[2 * i], paths[2 * i + 1]) for i, name in enumerate(names)}
+
+
+def kept_sentencepiece_vocabularies(sentences: dict[str, tf.Tensor], directory: str
+                                    ) -> dict[str, tuple[tf.Tensor, tf.Tensor]]:
+    """As `sentencepiece_vocabularies`, but each vocabulary and model is an existing one, the
+    files `<directory>/<name>` and `<name>.model` (a served model's, for a warm start: its ids
+    must keep meaning the same pieces), copied unchanged; nothing is learned."""
+    names = list(sentences)
+    paths = tft.experimental.ptransform_analyzer(
+        inputs=[sentences[name] for name in names],
+        ptransform=_KeepSentencepiece(names, directory),
+        output_dtypes=[tf.string] * 2 * len(names), output_shapes=[[]] * 2 * len(names),
+        output_asset_default_values=[b"[UNK]", b""] * len(names),
+        name="_".join(names) + "_kept_sentencepiece")
+    return {name: (paths[2 * i], paths[2 * i + 1]) for i, name in enumerate(names)}
+
+
+class _KeepSentencepiece(tft_beam.experimental.PTransformAnalyzer):
+    """Ignores the sentences: by vocabulary, two PCollections of one path each, of copies of
+    the kept vocabulary file and model."""
+
+    def __init__(self, names: list[str], directory: str) -> None:
+        super().__init__()
+        self.names, self.directory = names, directory
+
+    def expand(self, batches: beam.PCollection) -> tuple[beam.PCollection, ...]:
+        outputs = []
+        for name in self.names:
+            copied = (batches.pipeline
+                      | f"Kept[{name}]" >> beam.Create([name])
+                      | f"Copy[{name}]" >> beam.Map(self._copy))
+            outputs.extend(copied | f"Path{j}[{name}]" >> beam.Map(
+                lambda paths, k=j: np.array(paths[k])) for j in range(2))
+        return tuple(outputs)
+
+    def _copy(self, name: str) -> tuple[bytes, bytes]:
+        tf.io.gfile.makedirs(self.base_temp_dir)
+        path = os.path.join(self.base_temp_dir, name)
+        for suffix in ("", MODEL_SUFFIX):
+            source = os.path.join(self.directory, name + suffix)
+            if not tf.io.gfile.exists(source):
+                raise FileNotFoundError(f"The kept vocabulary has no {source}: it is not a "
+                                        "SentencePiece vocabulary named " + name)
+            tf.io.gfile.copy(source, path + suffix, overwrite=True)
+        with tf.io.gfile.GFile(path) as f:
+            pieces = sum(1 for _ in f)
+        _LOG.info("Kept %s from %s: %d SentencePiece pieces, none learned.", name,
+                  self.directory, pieces)
+        return path.encode(), (path + MODEL_SUFFIX).encode()
 
 
 class _LearnSentencepiece(tft_beam.experimental.PTransformAnalyzer):

@@ -1,0 +1,240 @@
+"""`nmt run --warm-start` (issue #65): a run continues the newest served model, its weights,
+recipe and vocabulary; ML Metadata links the new model to the old; a run that cannot continue
+it says why before anything runs. The pipeline tests share one pipeline root: a first run
+(nothing served: from scratch), then a warm-started one on the same data."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+
+import pytest
+import tensorflow as tf
+
+from helpers import last_line, latest_artifact, open_store, run_nmt, smoke_args, versions
+from pipeline import warm_start
+from pipeline.config import PipelineConfig
+from trainer_module import hparams as hparams_lib
+from trainer_module import warm_start as training
+from trainer_module.optimization import learning_rate_schedule, peak_learning_rate
+from trainer_module.settings import HISTORY_FILE
+from transform_module.preprocessing import analyze_in_memory
+from transform_module.tokens import DEFAULT_VOCAB_SIZE
+
+FIRST_STEPS, SECOND_STEPS = 20, 20  # one checkpoint each (the smoke profile's every 20)
+
+
+# -- the learning rate of a continued run ------------------------------------------------------
+
+def test_a_continued_schedule_goes_on_past_the_peak_after_a_short_rise():
+    hparams = dataclasses.replace(hparams_lib.get_profile("cpu"), train_steps=2000)
+    fresh = learning_rate_schedule(hparams)
+    continued = learning_rate_schedule(hparams, steps_before=3000)
+    rates = [float(continued(step)) for step in range(0, 2000, 10)]
+    rewarm = continued.rewarm_steps
+    assert 0 < rewarm < hparams.warmup_steps  # no second warm-up to the peak
+    assert float(continued(0)) < float(continued(rewarm)) / 10  # it rises from near zero
+    # ... to where the first run's schedule stood at its step 3,000 (without its cooldown)
+    uncooled = dataclasses.replace(hparams, cooldown_fraction=0.0)
+    assert float(continued(rewarm - 1)) == pytest.approx(
+        float(learning_rate_schedule(uncooled)(3000 + rewarm - 1)), rel=1e-5)
+    assert max(rates) < 0.5 * peak_learning_rate(hparams)
+    assert max(float(fresh(step)) for step in range(0, 2000, 10)) == pytest.approx(
+        peak_learning_rate(hparams), rel=0.01)
+    assert float(continued(1999)) < 0.01 * max(rates)  # and cools down as a fresh run does
+
+
+# -- the recipe a continued run trains with ------------------------------------------------------
+
+def _record(**transform) -> training.TrainingRecord:
+    base = dataclasses.replace(hparams_lib.get_profile("smoke"), source_vocab_size=90,
+                               target_vocab_size=90, shared_embeddings=True, dropout_rate=0.3)
+    settings = PipelineConfig(data_path="x").vocabulary_settings
+    return training.TrainingRecord(hparams=dataclasses.asdict(base), train_steps=40,
+                                   total_train_steps=100, transform={**settings, **transform})
+
+
+def test_the_base_fixes_the_shape_and_recipe_and_the_run_its_length():
+    run = dataclasses.replace(hparams_lib.get_profile("cpu"), train_steps=0, train_minutes=10.0)
+    continued = training.continued_hparams(_record(), run, {"precision": "float32",
+                                                            "beam_width": 3})
+    assert (continued.d_model, continued.num_layers, continued.dropout_rate) == (32, 1, 0.3)
+    assert continued.source_vocab_size == 90
+    assert (continued.train_minutes, continued.precision) == (10.0, run.precision)
+    assert continued.beam_width == 3 and not continued.adapt_recipe
+    with pytest.raises(training.WarmStartError, match=r"d_model=64 \(the base has 32\)"):
+        training.continued_hparams(_record(), run, {"d_model": 64})
+
+
+# -- which served model a run continues, decided before anything runs ----------------------------
+
+def _serve(serving_dir: str, version: int, record: training.TrainingRecord | None,
+           vocabulary: bytes = b"a\n##b\n") -> str:
+    """A served version's files as AtomicPusher leaves them (SavedModel, assets, record)."""
+    path = os.path.join(serving_dir, str(version))
+    os.makedirs(os.path.join(path, "assets"))
+    open(os.path.join(path, "saved_model.pb"), "wb").close()
+    for name, content in (("joint_vocab", vocabulary), ("joint_vocab.model", b"model")):
+        with open(os.path.join(path, "assets", name), "wb") as f:
+            f.write(content)
+    if record:
+        training.write_record(path, record)
+    return path
+
+
+def test_nothing_served_trains_from_scratch(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    config = PipelineConfig(data_path="x", pipeline_root=str(tmp_path), profile="smoke")
+    assert warm_start.plan(config, fresh_if_incompatible=False) == config
+    assert "nothing is served under" in caplog.text and "from scratch" in caplog.text
+
+
+def test_the_newest_version_is_continued_and_its_vocabulary_kept_by_content(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    config = PipelineConfig(data_path="x", pipeline_root=str(tmp_path), profile="smoke")
+    _serve(config.serving_dir, 100, _record())
+    _serve(config.serving_dir, 200, dataclasses.replace(_record(), total_train_steps=140))
+    planned = warm_start.plan(config, fresh_if_incompatible=False)
+    assert planned.warm_start_version == 200
+    assert "continues from served version 200 (140 training steps behind it)" in caplog.text
+    with open(os.path.join(planned.base_vocabulary, "joint_vocab"), "rb") as f:
+        assert f.read() == b"a\n##b\n"
+    # the next model of the chain keeps the same files: the same directory, Transform cached
+    _serve(config.serving_dir, 300, _record())
+    assert warm_start.plan(config, False).base_vocabulary == planned.base_vocabulary
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(vocab_size=1000), f"vocab_size 1000 (the base's: {DEFAULT_VOCAB_SIZE})"),
+    (dict(tokenizer="wordpiece"), "tokenizer is wordpiece, and only a SentencePiece"),
+    (dict(split_elisions=False), "split_elisions False (the base's: True)"),
+    (dict(hparams={"d_model": 64}), "d_model=64 (the base has 32)"),
+])
+def test_a_run_that_cannot_continue_says_why_or_starts_fresh_if_asked(tmp_path, caplog, change,
+                                                                      says):
+    caplog.set_level(logging.INFO)
+    config = dataclasses.replace(
+        PipelineConfig(data_path="x", pipeline_root=str(tmp_path), profile="smoke"), **change)
+    _serve(config.serving_dir, 100, _record())
+    with pytest.raises(training.WarmStartError) as error:
+        warm_start.plan(config, fresh_if_incompatible=False)
+    assert says in str(error.value) and "--fresh-if-incompatible" in str(error.value)
+    assert warm_start.plan(config, fresh_if_incompatible=True) == config
+    assert "trains from scratch (--fresh-if-incompatible)" in caplog.text
+
+
+def test_a_model_exported_before_records_cannot_be_continued(tmp_path):
+    config = PipelineConfig(data_path="x", pipeline_root=str(tmp_path), profile="smoke")
+    _serve(config.serving_dir, 100, None)
+    with pytest.raises(training.WarmStartError, match="exported before warm starts existed"):
+        warm_start.plan(config, fresh_if_incompatible=False)
+
+
+def test_transform_keeps_a_sentencepiece_vocabulary_byte_for_byte(tmp_path):
+    rows = [{"english": [f"I see {n} cats."], "french": [f"Je vois {n} chats."]}
+            for n in ("two", "three", "many", "no")] * 5
+    learned = analyze_in_memory(rows, {"tokenizer": "sentencepiece", "vocab_size": 40})
+    vocabulary = learned.vocabulary_file_by_name("joint_vocab")
+    kept_dir = tmp_path / "kept"
+    kept_dir.mkdir()
+    for suffix in ("", ".model"):
+        tf.io.gfile.copy(vocabulary + suffix, str(kept_dir / ("joint_vocab" + suffix)))
+    other = [{"english": ["Completely different words here."],
+              "french": ["Des mots tout à fait autres."]}] * 3
+    kept = analyze_in_memory(other, {"tokenizer": "sentencepiece", "vocab_size": 40,
+                                     "base_vocabulary": str(kept_dir)})
+    for suffix in ("", ".model"):
+        with open(kept.vocabulary_file_by_name("joint_vocab") + suffix, "rb") as a, \
+                open(vocabulary + suffix, "rb") as b:
+            assert a.read() == b.read()
+    with pytest.raises(ValueError, match="base_vocabulary"):
+        analyze_in_memory(other, {"tokenizer": "word", "base_vocabulary": str(kept_dir)})
+
+
+# -- two runs of the pipeline, the second warm-started -------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    root: str
+    first: str  # stderr of each run
+    second: str
+
+
+@pytest.fixture(scope="module")
+def chain(nmt_pipeline, fra_sample, tmp_path_factory) -> Chain:
+    root = str(tmp_path_factory.mktemp("warm"))
+    runs = []
+    for steps in (FIRST_STEPS, SECOND_STEPS):
+        run = nmt_pipeline(*smoke_args(fra_sample, root, steps)[1:], "--warm-start")
+        assert run.returncode == 0, run.stderr[-5000:]
+        runs.append(run.stderr)
+    return Chain(root, *runs)
+
+
+def _histories(root: str) -> list[list[dict]]:
+    """Each Trainer's history, oldest first."""
+    directory = os.path.join(root, "Trainer", "model_run")
+    histories = []
+    for run in sorted(os.listdir(directory), key=int):
+        with open(os.path.join(directory, run, HISTORY_FILE), encoding="utf-8") as f:
+            histories.append(json.load(f))
+    return histories
+
+
+def test_the_second_run_continues_the_first_runs_model(chain):
+    assert "nothing is served under" in chain.first and "from scratch" in chain.first
+    first_version, second_version = versions(chain.root)
+    assert (f"Warm start: training continues from served version {first_version} "
+            f"({FIRST_STEPS} training steps behind it), its vocabulary kept.") in chain.second
+    # the data is unchanged: ExampleGen and StatisticsGen are reused, the Trainer trains
+    for component, state in (("FraTxtExampleGen", "cached"), ("StatisticsGen", "cached"),
+                             ("Trainer", "executed"), ("AtomicPusher", "executed")):
+        assert re.search(rf"{component} +[\d.]+ s  {state}", chain.second), component
+    first, second = _histories(chain.root)
+    # its first steps' loss is where the first run ended, far below a fresh start's
+    assert second[0]["loss"] < first[0]["loss"] - 1.0
+    assert second[0]["loss"] < first[-1]["loss"] + 0.2
+
+
+def test_the_vocabulary_is_the_base_models_byte_for_byte(chain):
+    first_version, second_version = versions(chain.root)
+    serving = os.path.join(chain.root, "serving", "nmt-fra-eng")
+    for name in ("joint_vocab", "joint_vocab.model"):
+        with open(os.path.join(serving, first_version, "assets", name), "rb") as a, \
+                open(os.path.join(serving, second_version, "assets", name), "rb") as b:
+            assert a.read() == b.read(), name
+    assert "none learned" in chain.second
+
+
+def test_lineage_and_models_show_the_chain_and_its_total_steps(chain):
+    first_version, second_version = versions(chain.root)
+    lineage = run_nmt("metadata", "lineage", second_version, "--pipeline-root",
+                      chain.root, "--json")
+    assert lineage.returncode == 0, lineage.stderr
+    result = json.loads(lineage.stdout)
+    assert [m["total_train_steps"] for m in result["models"]] == [
+        FIRST_STEPS + SECOND_STEPS, FIRST_STEPS]
+    pushed = [n for n in result["chain"] if n["type"] == "PushedModel"]
+    assert [p["properties"]["version"] for p in pushed] == [second_version,
+                                                            first_version]
+    served = [n for n in result["chain"] if n["producer"] == "ServedModel"]
+    assert served and served[0]["properties"]["served_version"] == first_version
+    models = run_nmt("metadata", "models", "--pipeline-root", chain.root, "--json")
+    totals = {m["pushed_version"]: m["total_train_steps"] for m in json.loads(models.stdout)}
+    assert totals == {second_version: FIRST_STEPS + SECOND_STEPS,
+                      first_version: FIRST_STEPS}
+    store = open_store(chain.root)
+    trainer_input = latest_artifact(store, "Model", "ServedModel")
+    assert trainer_input.custom_properties["served_version"].string_value == first_version
+
+
+def test_another_vocabulary_size_fails_before_anything_runs(chain, fra_sample):
+    before = versions(chain.root)
+    run = run_nmt(*smoke_args(fra_sample, chain.root, 2), "--warm-start", "--vocab-size", "99")
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert last_line(run.stderr).startswith(
+        f"nmt: error: Cannot warm-start from served version {before[-1]}: this run's "
+        f"vocab_size 99 (the base's: {DEFAULT_VOCAB_SIZE}) would give other pieces")
+    assert versions(chain.root) == before

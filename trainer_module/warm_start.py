@@ -1,0 +1,117 @@
+"""Training that continues from a served model (`nmt run --warm-start`): what an exported model
+records about its training, and how a new Trainer takes its weights and recipe.
+
+Every export carries `assets.extra/nmt_training.json` (TF Serving ignores assets.extra): the
+HParams it trained with, its own steps and the total behind it (its base's total plus its own),
+and Transform's settings, so a later run can tell whether it can reuse the vocabulary. The
+weights come from the SavedModel's own variables (`export.Translator.model_variables`), so
+the version a model server serves is exactly what training resumes from.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module import hparams as hparams_lib
+from trainer_module.settings import TRAINING_RECORD
+
+_VARIABLE_KEY = "model_variables/{}/.ATTRIBUTES/VARIABLE_VALUE"  # export.Translator's list
+# The fields that make the network's shape (and its vocabulary's): a warm start keeps them.
+ARCHITECTURE = ("num_layers", "num_decoder_layers", "d_model", "num_heads", "dff",
+                "tie_output_to_embedding", "positions", "source_vocab_size",
+                "target_vocab_size", "shared_embeddings")
+# What a warm-started run decides anew: its own length, its precision on this machine.
+_DECIDED_PER_RUN = ("train_steps", "train_minutes", "adapt_recipe", "precision",
+                    "checkpoint_every")
+
+
+class WarmStartError(ValueError):
+    """The base model cannot be continued; the message says why, in one sentence."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingRecord:
+    """What `assets.extra/nmt_training.json` says about one exported model."""
+    hparams: dict[str, Any]
+    train_steps: int  # this model's own training
+    total_train_steps: int  # its base's total plus its own
+    transform: dict[str, Any]  # Transform's settings (its vocabulary)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+
+
+def write_record(export_dir: str, record: TrainingRecord) -> None:
+    path = os.path.join(export_dir, TRAINING_RECORD)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(record.to_json())
+
+
+def read_record(model_dir: str) -> TrainingRecord | None:
+    """The record of the SavedModel in `model_dir`, or None for one exported before records
+    existed."""
+    path = os.path.join(model_dir, TRAINING_RECORD)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return TrainingRecord(**json.load(f))
+
+
+def base_record(model_dir: str) -> TrainingRecord:
+    """The record of a base model, or a WarmStartError saying what is missing."""
+    record = read_record(model_dir)
+    if record is None:
+        raise WarmStartError(
+            f"The served model {model_dir} has no {TRAINING_RECORD} (it was exported before "
+            "warm starts existed), so its recipe is unknown: train one without --warm-start "
+            "first.")
+    return record
+
+
+def continued_hparams(base: TrainingRecord, run: hparams_lib.HParams,
+                      overrides: dict[str, Any]) -> hparams_lib.HParams:
+    """The base's recipe with this run's length and precision, the user's overrides winning,
+    except over the architecture, which the base's weights fix."""
+    changed = {name: (base.hparams[name], value) for name, value in overrides.items()
+               if name in ARCHITECTURE and base.hparams.get(name) != value}
+    if changed:
+        raise WarmStartError(
+            "--hparam cannot change the warm-started model's shape: " + ", ".join(
+                f"{name}={value} (the base has {old})" for name, (old, value) in
+                sorted(changed.items())) + "; drop it, or train without --warm-start.")
+    known = {field.name for field in dataclasses.fields(hparams_lib.HParams)}
+    kept = {name: value for name, value in base.hparams.items()
+            if name in known and name not in _DECIDED_PER_RUN}
+    return dataclasses.replace(dataclasses.replace(run, **kept), adapt_recipe=False,
+                               **{k: v for k, v in overrides.items() if k != "precision"})
+
+
+def restore_weights(model: keras.Model, model_dir: str) -> None:
+    """Sets `model`'s variables to those of the SavedModel in `model_dir` (same architecture:
+    the same variables in the same order)."""
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "variables", "variables"))
+    shapes = reader.get_variable_to_shape_map()
+    saved = sum(1 for key in shapes if key.startswith("model_variables/"))
+    if saved != len(model.weights):
+        raise WarmStartError(f"The base model in {model_dir} has {saved} weight tensors, this "
+                             f"model {len(model.weights)}: not the same architecture.")
+    values = []
+    for index, variable in enumerate(model.weights):
+        key = _VARIABLE_KEY.format(index)
+        if list(shapes[key]) != variable.shape.as_list():
+            raise WarmStartError(f"The base model's weight {index} has shape {shapes[key]}, "
+                                 f"this model's {variable.name} {variable.shape.as_list()}.")
+        values.append(reader.get_tensor(key))
+    model.set_weights(values)
+    # A moving average of the weights (hparams.ema_momentum) starts from them, not from the
+    # random weights the optimizer saw when it was built.
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    for average, weight in zip(getattr(optimizer, "_model_variables_moving_average", ()),
+                               model.trainable_variables):
+        average.assign(weight)
