@@ -90,10 +90,12 @@ def _runs_tables(runs: list[dict[str, Any]]) -> list[Table]:
         for index, component in enumerate(run["components"] or [{}]):
             first = {"run": run["run"], "status": run["status"], "start": run["start"],
                      "run_seconds": run["duration_s"],
-                     "engine": run["engine"] or "-"} if index == 0 else {}
+                     "engine": run["engine"] or "-", "spans": run["spans"] or "-"
+                     } if index == 0 else {}
             rows.append({**first, **component})
     return [("", rows, [("run", "RUN"), ("status", "STATUS"), ("start", "STARTED"),
                         ("run_seconds", "SECONDS"), ("engine", "BEAM ENGINE"),
+                        ("spans", "SPANS"),
                         ("component", "COMPONENT"),
                         ("state", "STATE"), ("duration_s", "SECONDS")])]
 

@@ -19,7 +19,10 @@ from transform_module.tokens import DEFAULT_TOKENIZER, TOKENIZERS
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser("run", help="run the pipeline locally (LocalDagRunner)")
     run.add_argument("--data", help="fra.txt, or a directory or glob of such files, plain or "
-                     ".gz, local or gs:// (default: $FRA_TXT, else download fra.txt)")
+                     ".gz, local or gs://, or numbered spans such as 'DIR/fra-{SPAN}.txt' "
+                     "(the newest is read) (default: $FRA_TXT, else download fra.txt)")
+    run.add_argument("--spans", type=positive_int, default=1, metavar="N",
+                     help="with {SPAN} in --data: read the newest N spans (default 1)")
     run.add_argument("--pipeline-root", default=None,
                      help="where artifacts and metadata.sqlite go "
                           "(default: $NMT_PIPELINE_ROOT or ./nmt_runs)")
@@ -89,14 +92,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     if args.flink_master and args.beam_runner != "flink":
         raise UsageError("--flink-master goes with --beam-runner flink.")
-    data_path = data_source.resolve_data_path(args.data)
+    data_path = data_source.resolve_data_path(args.data, newest_spans=args.spans)
     kwargs = {}
     if args.pipeline_root:
         kwargs["pipeline_root"] = args.pipeline_root
     config = config_lib.PipelineConfig(
         data_path=data_path, pipeline_name=args.pipeline_name,
         split_percentages=args.split, max_line_bytes=args.max_line_bytes,
-        max_references=args.max_references,
+        max_references=args.max_references, newest_spans=args.spans,
         **training_config(args), tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         whole_numbers=args.whole_numbers, split_elisions=args.split_elisions,
         joint_vocabulary=args.joint_vocabulary, wordpiece_min_count=args.wordpiece_min_count,

@@ -1,6 +1,6 @@
-"""Pipeline runs: each one's status, times, and per component executed/cached/failed with its
-duration. `record_engine` is the one query that writes: `nmt run` names its Beam engine on its
-run's context."""
+"""Pipeline runs: each one's status, times, the input spans read, and per component
+executed/cached/failed with its duration. `record_engine` is the one query that writes: `nmt
+run` names its Beam engine on its run's context."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,6 +8,7 @@ from typing import Any
 import ml_metadata as mlmd
 from ml_metadata.proto import metadata_store_pb2
 
+from components.fra_example_gen.spans import SPANS_PROPERTY
 from metadata.graph import Graph, find_run, load_graph
 from metadata.layouts import RUN_CONTEXT
 from metadata.values import custom_properties, iso, seconds
@@ -33,6 +34,12 @@ def _component_state(graph: Graph, execution: metadata_store_pb2.Execution,
         execution.last_known_state, "unknown")
 
 
+def _spans_read(graph: Graph, executions: list[metadata_store_pb2.Execution]) -> str | None:
+    """The spans ("3,4") of a {SPAN} input that the run's ExampleGen read, or reused."""
+    return next((spans for e in executions for a in graph.outputs_of_type(e.id, "Examples")
+                 if (spans := custom_properties(a).get(SPANS_PROPERTY)) is not None), None)
+
+
 def _run_record(graph: Graph, run: metadata_store_pb2.Context, newest: bool) -> dict[str, Any]:
     executions = graph.run_executions(run)
     components = [{"component": graph.node_of_execution.get(e.id), "execution": e.id,
@@ -46,6 +53,7 @@ def _run_record(graph: Graph, run: metadata_store_pb2.Context, newest: bool) -> 
     return {"run": run.name, "pipeline": graph.pipeline_of_run.get(run.id),
             "status": next((s for s in _RUN_STATUS_ORDER if s in states), "complete"),
             "engine": custom_properties(run).get(ENGINE_PROPERTY),
+            "spans": _spans_read(graph, executions),
             "start": iso(run.create_time_since_epoch), "end": iso(end),
             "duration_s": seconds(run.create_time_since_epoch, end), "components": components}
 

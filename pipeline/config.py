@@ -52,6 +52,7 @@ class PipelineConfig:
     split_percentages: tuple[float, float, float] = (80, 10, 10)
     max_line_bytes: int = parser.DEFAULT_MAX_LINE_BYTES
     max_references: int = parser.DEFAULT_MAX_REFERENCES  # French per English sentence
+    newest_spans: int = 1  # of a data_path with {SPAN}: how many of the newest spans to read
     profile: str = "cpu"  # hyperparameters by name: trainer_module.hparams.PROFILES
     tokenizer: str = DEFAULT_TOKENIZER  # "wordpiece", "sentencepiece" (subwords) or "word"
     vocab_size: int = DEFAULT_VOCAB_SIZE  # pieces (or words) per language
@@ -134,6 +135,7 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         split_percentages=config.split_percentages,
         max_line_bytes=config.max_line_bytes,
         max_references=config.max_references,
+        newest_spans=config.newest_spans,
         transform_config={**config.vocabulary_settings,
                           **({"base_vocabulary": config.base_vocabulary}
                              if config.base_vocabulary else {}),

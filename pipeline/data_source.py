@@ -1,6 +1,7 @@
 """Where the input comes from: the --data flag, else $FRA_TXT, else a verified download of
-fra.txt. A flag or $FRA_TXT may name a file, a directory (all its files) or a glob, plain or
-.gz, local or on an object store (gs://...)."""
+fra.txt. A flag or $FRA_TXT may name a file, a directory (all its files), a glob or numbered
+spans (DIR/fra-{SPAN}.txt: the newest, or the newest N), plain or .gz, local or on an object
+store (gs://...)."""
 from __future__ import annotations
 
 import glob
@@ -12,7 +13,7 @@ import urllib.error
 import urllib.request
 import zipfile
 
-from components.fra_example_gen import fingerprint, parser
+from components.fra_example_gen import fingerprint, parser, spans
 
 _LOG = logging.getLogger(__name__)
 
@@ -42,18 +43,49 @@ def is_glob(path: str) -> bool:
 
 
 def resolve_data_path(flag: str | None = None, cache_dir: str | None = None,
-                      url: str | None = None, timeout_s: float = 30.0) -> str:
-    """The input to read, a file or a glob (a directory becomes DIR/*), downloading fra.txt
-    only as a last resort."""
+                      url: str | None = None, timeout_s: float = 30.0,
+                      newest_spans: int = 1) -> str:
+    """The input to read, a file, a glob (a directory becomes DIR/*) or a {SPAN} pattern
+    (of which ExampleGen reads the `newest_spans` newest spans), downloading fra.txt only as
+    a last resort."""
     for source, path in (("--data", flag), (FRA_TXT_ENV, os.environ.get(FRA_TXT_ENV))):
         if path:
-            return _remote_input(path) if "://" in path else _local_input(source, path)
+            _check_span_pattern(source, path, newest_spans)
+            return (_remote_input(path) if "://" in path
+                    else _local_input(source, path, newest_spans))
+    _check_span_pattern("the downloaded", "fra.txt", newest_spans)
     return download_fra_txt(cache_dir or default_cache_dir(),
                             url or os.environ.get(DATA_URL_ENV) or CANONICAL_URL, timeout_s)
 
 
+def _check_span_pattern(source: str, path: str, newest_spans: int) -> None:
+    """Refuses a {SPAN} pattern TFX would, and the newest N spans of an input without spans."""
+    try:
+        spans.check_pattern(path)
+    except spans.SpanPatternError as err:
+        raise DataSourceError(f"{source} {path!r} {err.problem}.") from err
+    if newest_spans > 1 and not spans.has_span(path):
+        raise DataSourceError(f"--spans {newest_spans} reads the newest of numbered files "
+                              f"(--data 'DIR/fra-{{SPAN}}.txt'), but {source} {path!r} has no "
+                              "{SPAN}.")
+
+
+def _span_files(source: str, pattern: str, newest_spans: int) -> list[str]:
+    """The files of the spans ExampleGen will read: the newest of those a local pattern finds."""
+    try:
+        found = spans.find_spans(pattern, [f for f in glob.glob(spans.files_glob(pattern))
+                                           if os.path.isfile(f)])
+    except spans.SpanPatternError as err:
+        raise DataSourceError(f"{source} {pattern!r} {err.problem}.") from err
+    if not found:
+        raise DataSourceError(f"{source} {pattern!r} matches no file; {_HINT}.")
+    return [f for span in spans.newest(found, newest_spans) for f in found[span]]
+
+
 def _remote_input(path: str) -> str:
     """gs://, s3://...: ExampleGen reads it at run time (and says if nothing matches)."""
+    if spans.has_span(path):
+        return path
     if path.endswith("/"):
         return path + "*"
     if not is_glob(path):
@@ -64,21 +96,24 @@ def _remote_input(path: str) -> str:
     return path
 
 
-def _local_input(source: str, path: str) -> str:
+def _local_input(source: str, path: str, newest_spans: int) -> str:
     """Checks a local input before TFX starts: files exist, are text or .gz, are not empty."""
     path = os.path.abspath(path)
-    if os.path.isdir(path):
-        pattern = os.path.join(path, "*")
-        what = f"{source} points to {path!r}, a directory with no files in it"
-    elif is_glob(path):
-        pattern, what = path, f"{source} is {path!r}, which matches no file"
-    elif not os.path.isfile(path):
-        raise DataSourceError(f"{source} points to {path!r}, which is not a file; {_HINT}.")
+    if spans.has_span(path):
+        pattern, files = path, _span_files(source, path, newest_spans)
     else:
-        pattern, what = path, ""
-    files = sorted(f for f in glob.glob(pattern) if os.path.isfile(f))
-    if not files:
-        raise DataSourceError(f"{what}; {_HINT}.")
+        if os.path.isdir(path):
+            pattern = os.path.join(path, "*")
+            what = f"{source} points to {path!r}, a directory with no files in it"
+        elif is_glob(path):
+            pattern, what = path, f"{source} is {path!r}, which matches no file"
+        elif not os.path.isfile(path):
+            raise DataSourceError(f"{source} points to {path!r}, which is not a file; {_HINT}.")
+        else:
+            pattern, what = path, ""
+        files = sorted(f for f in glob.glob(pattern) if os.path.isfile(f))
+        if not files:
+            raise DataSourceError(f"{what}; {_HINT}.")
 
     def head(file: str) -> bytes:
         with open(file, "rb") as f:

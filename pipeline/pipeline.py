@@ -48,6 +48,7 @@ def create_pipeline(
     warm_start_version: int | None = None,
     enable_cache: bool = True,
     metadata_connection_config: metadata_store_pb2.ConnectionConfig | None = None,
+    newest_spans: int = 1,
 ) -> Pipeline:
     """fra.txt -> ExampleGen -> StatisticsGen -> schema -> ExampleValidator -> Transform
     -> Trainer -> Evaluator (against the latest blessed model) -> Pusher.
@@ -60,7 +61,8 @@ def create_pipeline(
     example_gen = FraTxtExampleGen(input_base=data_root, file_pattern=data_file_pattern,
                                    split_percentages=split_percentages,
                                    max_line_bytes=max_line_bytes,
-                                   max_references=max_references)
+                                   max_references=max_references,
+                                   newest_spans=newest_spans)
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"],
                                    stats_options=make_stats_options())
     schema_gen = ImportSchemaGen(schema_file=schema_file)

@@ -20,7 +20,7 @@ from tfx.components.example_gen import utils
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components.fra_example_gen import fingerprint, parser, references, source
+from components.fra_example_gen import fingerprint, parser, references, source, spans
 
 _LOG = logging.getLogger(__name__)
 
@@ -30,6 +30,10 @@ MAX_REFERENCES_KEY = "max_references"
 RANGE_BYTES_KEY = "range_bytes"
 _REPORT_PATH_KEY = "_parse_report_path"  # set by Executor.Do for the PTransform
 _FILES_KEY = "_input_files"  # set by Executor.Do: the matched files, for the PTransform
+# Set by the driver (component.ContentFingerprintDriver) for a {SPAN} pattern: the spans to
+# read ("3,4", also the Examples' custom property) and that pattern, relative to input_base.
+SPANS_KEY = spans.SPANS_PROPERTY
+SPAN_PATTERN_KEY = "span_pattern"
 
 
 def _custom_config(exec_properties: dict[str, Any]) -> dict[str, Any]:
@@ -37,11 +41,23 @@ def _custom_config(exec_properties: dict[str, Any]) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
-def _input_pattern(exec_properties: dict[str, Any]) -> str:
-    return os.path.join(
-        exec_properties[standard_component_specs.INPUT_BASE_KEY],
-        json.loads(exec_properties[standard_component_specs.INPUT_CONFIG_KEY])
-        ["splits"][0]["pattern"])
+def split_pattern(exec_properties: dict[str, Any]) -> str:
+    """The file pattern of the one input split, relative to input_base."""
+    return json.loads(exec_properties[standard_component_specs.INPUT_CONFIG_KEY])[
+        "splits"][0]["pattern"]
+
+
+def _input_patterns(exec_properties: dict[str, Any]) -> tuple[str, list[str]]:
+    """The input's name and its files' patterns: the {SPAN} pattern and each span's to read,
+    else TFX's pattern (on Kubeflow, TFX's driver put the newest span in it)."""
+    base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
+    span_pattern = exec_properties.get(SPAN_PATTERN_KEY)
+    if not span_pattern:
+        pattern = os.path.join(base, split_pattern(exec_properties))
+        return pattern, [pattern]
+    return os.path.join(base, span_pattern), [
+        os.path.join(base, spans.fill(span_pattern, span))
+        for span in spans.parse_spans(exec_properties[SPANS_KEY])]
 
 
 def read_split(examples_uri: str, split: str) -> list[tuple[str, list[str]]]:
@@ -170,8 +186,9 @@ class Executor(BaseExampleGenExecutor):
         examples = artifact_utils.get_single_instance(
             output_dict[standard_component_specs.EXAMPLES_KEY])
         report_path = os.path.join(examples.uri, REPORT_FILE)
-        pattern = _input_pattern(exec_properties)
-        files = source.match_files(pattern)  # once, for the PTransform and the fingerprint
+        pattern, patterns = _input_patterns(exec_properties)
+        # once, for the PTransform and the fingerprint
+        files = sorted((m for p in patterns for m in source.match_files(p)), key=lambda m: m.path)
         super().Do(input_dict, output_dict, {**exec_properties, _REPORT_PATH_KEY: report_path,
                                              _FILES_KEY: files})
 
@@ -185,6 +202,9 @@ class Executor(BaseExampleGenExecutor):
             report["files"][path]["digest"] = digest
         report["input"] = fingerprint.input_summary(
             pattern, {m.path: m.size_in_bytes for m in files}, digests)
+        if SPANS_KEY in exec_properties:
+            report[SPANS_KEY] = exec_properties[SPANS_KEY]
+            examples.set_string_custom_property(SPANS_KEY, report[SPANS_KEY])
         with tf.io.gfile.GFile(report_path, "w") as f:
             json.dump(report, f, indent=2, sort_keys=True)
         for key in ("lines_read", "pairs_kept", "lines_rejected", "examples", "duplicate_pairs",
@@ -203,8 +223,11 @@ class Executor(BaseExampleGenExecutor):
 def summarize(report: dict[str, Any]) -> str:
     """The parse report as one sentence, e.g. for logs and the CLI."""
     several = len(report["files"]) > 1
-    files = f" ({len(report['files'])} files)" if several else ""
-    text = (f"read {report['lines_read']} lines of {report['input']['path']}{files}, "
+    read = report.get(SPANS_KEY)
+    notes = ([f"span{'s' * (',' in read)} {read}"] if read else []) + (
+        [f"{len(report['files'])} files"] if several else [])
+    about = f" ({'; '.join(notes)})" if notes else ""
+    text = (f"read {report['lines_read']} lines of {report['input']['path']}{about}, "
             f"kept {report['pairs_kept']} sentence pairs as {report['examples']} examples "
             f"(one per English sentence)")
     if report["duplicate_pairs"] or report["references_over_cap"]:
