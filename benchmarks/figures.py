@@ -143,14 +143,16 @@ def _failed(mode: str, size: int) -> Callable[[dict], str]:
     return cell
 
 
-def _at_peak(mode: str, size: int, kind: str) -> Callable[[dict], str]:
-    """What one process kind held at the data half's peak (its component of largest
-    peak_rss_mb), from a scale.py result that split the peak by kind."""
+def _at_peak(mode: str, size: int, kinds: tuple[str, ...]) -> Callable[[dict], str]:
+    """What some process kinds held, together, at the data half's peak (its component of
+    largest peak_rss_mb), from a scale.py result that split the peak by kind (a kind the mode
+    did not have held nothing)."""
     def cell(record: dict) -> str:
         rows = _scale_rows(record, mode, size)
         if not rows:
             return NOT_MEASURED
-        return f"{max(rows, key=lambda row: row['peak_rss_mb'])[f'at_peak_{kind}_mb']:,.0f}"
+        peak = max(rows, key=lambda row: row["peak_rss_mb"])
+        return f"{sum(peak.get(f'at_peak_{kind}_mb', 0) for kind in kinds):,.0f}"
     return cell
 
 
@@ -168,21 +170,55 @@ def _versus_first(record: dict) -> dict | None:
 
 PEAK_COLUMNS = ("engine", "failed", "data half s", "peak MB", "at the peak, MB: nmt process",
                 "Python workers", "JVM", "result file")
+# scale.py's process kinds in PEAK_COLUMNS' order
+PEAK_KINDS = (("runner",), ("workers",), ("jvm",))
+# With a session cluster: its worker pool's SDK workers are Python workers; the run's JVM is
+# its job server, the cluster's JobManager and TaskManagers columns of their own.
+CLUSTER_COLUMNS = (*PEAK_COLUMNS[:3], "a lost TaskManager's cost", *PEAK_COLUMNS[3:6],
+                   "JVM: nmt's (job server, embedded Flink)", "JobManager", "TaskManagers",
+                   "result file")
+CLUSTER_KINDS = (("runner",), ("workers", "worker_pool"), ("jvm",), ("jobmanager",),
+                 ("taskmanagers",))
+CLUSTER, LOST_TASKMANAGER = "flink_cluster", "flink_cluster_lost_taskmanager"
 
 
-def _peak_cells(mode: str) -> tuple[Cell, ...]:
-    """A Beam mode's peak over the data half at 16x, and what each process kind held then."""
+def _peak_cells(mode: str, kinds: tuple[tuple[str, ...], ...] = PEAK_KINDS
+                ) -> tuple[Cell, ...]:
+    """A Beam mode's peak over the data half at 16x, and what process kinds held then."""
     return (_data_half(mode, 16, "peak_rss_mb", max),
-            *(_at_peak(mode, 16, kind) for kind in ("runner", "workers", "jvm")))
+            *(_at_peak(mode, 16, together) for together in kinds))
 
 
-def _peak_row(source: str, mode: str, label: str) -> Row:
+def _peak_row(source: str, mode: str, label: str,
+              kinds: tuple[tuple[str, ...], ...] = PEAK_KINDS,
+              after_seconds: tuple[Cell, ...] = ()) -> Row:
     """A Beam mode's data half at 16x from a scale.py result that split the peak by process
-    kind: what failed, the seconds (only if nothing did), the peak and who held it."""
+    kind: what failed, the seconds (only if nothing did), `after_seconds`, the peak and who
+    held it."""
     return Row(source, (
         label, _failed(mode, 16),
         lambda r: "–" if _failed(mode, 16)(r) != "–" else _data_half(mode, 16, "component_s")(r),
-        *_peak_cells(mode), _source))
+        *after_seconds, *_peak_cells(mode, kinds), _source))
+
+
+def _loss_cost(record: dict) -> str:
+    """What losing a TaskManager in Transform's job cost at 16x (scale.py's
+    flink_cluster_lost_taskmanager): the data half's seconds and Transform's, each less the
+    cluster's without a loss, and what happened to the job."""
+    lost, whole = (_scale_rows(record, mode, 16) for mode in (LOST_TASKMANAGER, CLUSTER))
+    if not (lost and whole):
+        return NOT_MEASURED
+    loss = lost[-1].get("taskmanager_loss") or {}
+    if not loss.get("killed"):
+        return f"none lost ({loss.get('reason')})"
+    transform = [row.get("components_in_run", {}).get("Transform")  # ML Metadata's
+                 for row in (lost[-1], whole[-1])]
+    job = (f"restarted {loss['failures']}×" if loss.get("job_state") == "FINISHED"
+           else str(loss.get("job_state")).lower())
+    return (f"{lost[-1]['component_s'] - whole[-1]['component_s']:+,.0f} s"
+            + (f", Transform {transform[0][1] - transform[1][1]:+,.0f} s" if all(transform)
+               else "")
+            + f" (killed {loss['killed_s_into_job']:.0f} s into Transform's job, {job})")
 
 
 def _against_first(record: dict) -> str:
@@ -481,6 +517,13 @@ TABLES = (
               label, _data_half(mode, 16, "component_s"), _speedup(16, "component_s", mode),
               *_peak_cells(mode), _source))
               for mode, label in (*ENGINES[:2], ("flink", "Flink (the default engine)")))),
+    Table("engines-cluster", CLUSTER_COLUMNS,
+          tuple(_peak_row("scale_engines_16x_cluster.json", mode, label, CLUSTER_KINDS,
+                          (_loss_cost if mode == LOST_TASKMANAGER else "–",))
+                for mode, label in (ENGINES[0], ("flink", "Flink, embedded (the default)"),
+                                    (CLUSTER, "Flink session cluster, 2 TaskManagers"),
+                                    (LOST_TASKMANAGER, "the same, a TaskManager lost in "
+                                                       "Transform")))),
     Table("engines-release", PEAK_COLUMNS,
           tuple(_peak_row("scale_engines_16x_release.json", mode, label)
                 for mode, label in (("flink_hour_cache", "Flink, a job's workers kept an hour, "

@@ -24,6 +24,18 @@ generated first if missing) and each Beam mode:
   flink_one_sdk_worker  flink with --sdk_worker_parallelism=1: one SDK worker for both slots
   flink_hour_cache  flink as it was before 2026-11-28: a job's SDK workers kept an hour after
                     it (--environment_cache_millis=3600000), glibc's default malloc arenas
+  flink_cluster     --beam-runner flink --flink-master: the run's job server submits to a
+                    standalone session cluster (engines/flink_cluster.py: a JobManager, 2
+                    TaskManagers of one slot, Beam's worker pool, each a process of its own, with
+                    engines/flink-conf.yaml) that scale.py starts before the mode's runs and
+                    stops after them, however they end; on ports of its own (CLUSTER_*_PORT).
+                    Its jobs run at the cluster's parallelism (Flink's default, 1), not the
+                    embedded engine's one per core
+  flink_cluster_lost_taskmanager  the same, the TaskManager running Transform's job killed
+                    (SIGKILL) --lose-after seconds (default 30) after the job's tasks start, and
+                    a replacement started, as tests/test_flink_cluster.py does: Flink restarts
+                    the job. What a lost TaskManager costs: this mode's component_s less
+                    flink_cluster's
 
 it runs `python -m cli run --data CORPUS --profile smoke --pipeline-root ROOT
 --to C` for each component C in pipeline order (FraTxtExampleGen, StatisticsGen,
@@ -63,6 +75,22 @@ Per component it records:
   cpu_runner_s, cpu_workers_s, cpu_jvm_s  user + system CPU seconds of every process of
                    the tree, read at each one's last sample and summed by kind: the nmt
                    process, the Python processes under it (Beam workers), the JVM
+  (cluster modes)  peak_rss_mb, peak_worker_rss_mb (the largest process but nmt's) and the
+                   CPU seconds count the session cluster's processes too, which are not under
+                   the nmt process (cpu_s misses them), as kinds of their own:
+                   at_peak_jobmanager_mb, at_peak_taskmanagers_mb, at_peak_worker_pool_mb (the
+                   pool and its SDK workers), cpu_jobmanager_s, cpu_taskmanagers_s,
+                   cpu_worker_pool_s; "jvm" is the run's job server. cluster: its master,
+                   directory (logs in DIR/log/) and TaskManagers
+  taskmanager_loss (flink_cluster_lost_taskmanager, the run of Transform) the TaskManager
+                   killed (None, and the reason, if none was), when (killed_s_into_job,
+                   killed_s_into_run), its replacement and how long after the kill
+                   flink_cluster.add_taskmanager returned (replacement_started_s: once the
+                   JobManager counts as many TaskManagers as are alive, the lost one perhaps
+                   among them until its heartbeat times out); and, from the cluster's REST
+                   API, Transform's job: its final state, seconds, parallelism, and the
+                   failures its JobManager recorded (/jobs/JID/exceptions: each one restarted
+                   the job, or failed it)
   examples_per_split, parse counts (after ExampleGen; repeated on the later rows),
   transform_files_per_split and bytes (Transform's transformed_examples/*/Split-*/)
   learners, learning_sum_s, learning_span_s  (Transform) each vocabulary learner's seconds
@@ -80,6 +108,7 @@ and component). Progress, with an ETA, goes to stderr, one line per component ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import glob
 import importlib.metadata
@@ -94,14 +123,21 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable, Iterator
 
 import psutil
 
 from benchmarks import results
+from engines import flink_cluster, flink_jobs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPONENTS = ("FraTxtExampleGen", "StatisticsGen", "ImportSchemaGen", "StrictExampleValidator",
               "Transform")
+# The session cluster of the cluster modes: its own ports (neither Flink's and Beam's defaults,
+# nor tests/test_flink_cluster.py's), so that a user's cluster or a test's is left alone.
+CLUSTER_REST_PORT, CLUSTER_RPC_PORT, CLUSTER_POOL_PORT = 18091, 16133, 50110
+CLUSTER_TASKMANAGERS = 2
+LOST_JOB = "nmt-Transform"  # the Flink job whose TaskManager flink_cluster_lost_taskmanager kills
 # Flink modes: `--beam-runner flink`, with these environment variables.
 FLINK_MODES: dict[str, dict] = {
     "flink": {},
@@ -120,6 +156,14 @@ FLINK_MODES: dict[str, dict] = {
     # kept an hour after it, and glibc's default malloc arenas (8 per core).
     "flink_hour_cache": {"beam_args": ["--environment_cache_millis=3600000"],
                          "env": {"MALLOC_ARENA_MAX": str(8 * (os.cpu_count() or 1))}},
+    # A standalone session cluster (engines/flink_cluster.py), started by scale.py for the
+    # mode's runs; its worker pool is on CLUSTER_POOL_PORT, not the 50000 runs assume.
+    "flink_cluster": {"cluster": True,
+                      "beam_args": [f"--environment_config=localhost:{CLUSTER_POOL_PORT}"]},
+    # and the TaskManager running Transform's job killed mid-job (TaskManagerLoss)
+    "flink_cluster_lost_taskmanager": {
+        "cluster": True, "lose_taskmanager": True,
+        "beam_args": [f"--environment_config=localhost:{CLUSTER_POOL_PORT}"]},
 }
 MODES = ("in_memory", "multi_processing", *FLINK_MODES)
 DATA_HALF = "data half"  # the component of a --one-run row
@@ -136,9 +180,17 @@ def beam_args(mode: str, workers: int) -> list[str]:
     return list(FLINK_MODES.get(mode, {}).get("beam_args", []))
 
 
+def is_cluster(mode: str) -> bool:
+    """A mode whose runs go to a session cluster scale.py starts."""
+    return bool(FLINK_MODES.get(mode, {}).get("cluster"))
+
+
 def engine_args(mode: str) -> tuple[str, ...]:
-    """`nmt run`'s engine flag: Flink is started and stopped by each invocation (its JVM and
-    SDK workers are in the measured process tree)."""
+    """`nmt run`'s engine flags: Flink is started and stopped by each invocation (its JVM and
+    SDK workers are in the measured process tree); a cluster mode's job server submits to the
+    session cluster scale.py started (sampled apart: PeakMemory)."""
+    if is_cluster(mode):
+        return ("--beam-runner", "flink", "--flink-master", f"127.0.0.1:{CLUSTER_REST_PORT}")
     return ("--beam-runner", "flink") if mode in FLINK_MODES else ()
 
 
@@ -213,52 +265,82 @@ def process_kind(member: psutil.Process, root_pid: int) -> str:
     return "jvm" if name == "java" else "workers"
 
 
-class PeakMemory(threading.Thread):
-    """Samples a process tree every SAMPLE_S seconds until stopped: the peaks of its summed
-    RSS (and what each `process_kind` held then), of the root process alone (with
-    multi_processing, the runner, which holds Beam's in-memory shuffle) and of its largest
-    descendant (a Beam worker or the JVM); and each process's CPU time at its last sample,
-    summed by `process_kind`: what a process spends after its last sample, or in a life
-    shorter than SAMPLE_S, is missed."""
+KINDS = ("runner", "workers", "jvm")
+# A session cluster's processes by role (engines/flink_cluster.py), each with its tree: the
+# worker pool's holds the SDK workers it started.
+CLUSTER_KINDS = ("jobmanager", "taskmanagers", "worker_pool")
 
-    def __init__(self, pid: int) -> None:
+
+def cluster_kind(role: str) -> str:
+    """A cluster member's kind: "jobmanager", "taskmanagers" or "worker_pool"."""
+    return "taskmanagers" if role.startswith("taskmanager-") else role.replace("-", "_")
+
+
+class PeakMemory(threading.Thread):
+    """Samples a process tree every SAMPLE_S seconds until stopped, and with `cluster_dir` the
+    trees of the session cluster started there (not under the run: the cluster's own
+    processes, read from its cluster.json at each sample, a replacement TaskManager too): the
+    peaks of their summed RSS (and what each kind held then: `process_kind`, `cluster_kind`),
+    of the root process alone (with multi_processing, the runner, which holds Beam's
+    in-memory shuffle) and of the largest other process (a Beam worker or a JVM); and each
+    process's CPU time at its last sample, summed by kind: what a process spends after its
+    last sample, or in a life shorter than SAMPLE_S, is missed."""
+
+    def __init__(self, pid: int, cluster_dir: str | None = None) -> None:
         super().__init__(daemon=True)
         self.process = psutil.Process(pid)
+        self.cluster_dir = cluster_dir
+        self.kinds = KINDS + (CLUSTER_KINDS if cluster_dir else ())
         self.peak_bytes = 0
         self.peak_root_bytes = 0
         self.peak_descendant_bytes = 0
         self.peak_processes = 0
-        self.peak_by_kind: dict[str, int] = {}  # the summed RSS's peak, split by process_kind
+        self.peak_by_kind: dict[str, int] = {}  # the summed RSS's peak, split by kind
         self.samples = 0
         self._cpu: dict[int, tuple[str, float]] = {}
         self._halt = threading.Event()
 
+    def _members(self) -> list[tuple[psutil.Process, str]]:
+        """Every process to sample, with its kind."""
+        # Each sample: a child forked by Python is "workers" until it execs java.
+        found = [(p, process_kind(p, self.process.pid)) for p in _tree(self.process)]
+        cluster = flink_cluster.Cluster.load(self.cluster_dir) if self.cluster_dir else None
+        for member in cluster.members if cluster else ():
+            if member.alive():
+                with contextlib.suppress(psutil.Error):
+                    found += [(p, cluster_kind(member.role))
+                              for p in _tree(psutil.Process(member.pid))]
+        return found
+
     def run(self) -> None:
         while not self._halt.is_set():
-            sizes, by_kind = [], {"runner": 0, "workers": 0, "jvm": 0}
-            for member in _tree(self.process):
+            total = root = largest = processes = 0
+            by_kind = dict.fromkeys(self.kinds, 0)
+            for member, kind in self._members():
                 try:
                     rss = member.memory_info().rss
                     times = member.cpu_times()
                 except psutil.Error:  # ended between the listing and the reading
                     continue
-                # Each sample: a child forked by Python is "workers" until it execs java.
-                kind = process_kind(member, self.process.pid)
                 self._cpu[member.pid] = (kind, times.user + times.system)
-                sizes.append(rss)
+                total += rss
                 by_kind[kind] += rss
-            if sizes:
-                if sum(sizes) > self.peak_bytes:
-                    self.peak_bytes, self.peak_by_kind = sum(sizes), by_kind
-                self.peak_root_bytes = max(self.peak_root_bytes, sizes[0])
-                self.peak_descendant_bytes = max(self.peak_descendant_bytes, *sizes[1:], 0)
-            self.peak_processes = max(self.peak_processes, len(sizes))
+                processes += 1
+                if member.pid == self.process.pid:
+                    root = rss
+                else:
+                    largest = max(largest, rss)
+            if total > self.peak_bytes:
+                self.peak_bytes, self.peak_by_kind = total, by_kind
+            self.peak_root_bytes = max(self.peak_root_bytes, root)
+            self.peak_descendant_bytes = max(self.peak_descendant_bytes, largest)
+            self.peak_processes = max(self.peak_processes, processes)
             self.samples += 1
             self._halt.wait(SAMPLE_S)
 
     def cpu_by_kind(self) -> dict[str, float]:
-        """Sampled CPU seconds per `process_kind`."""
-        totals = {"runner": 0.0, "workers": 0.0, "jvm": 0.0}
+        """Sampled CPU seconds per kind."""
+        totals = dict.fromkeys(self.kinds, 0.0)
         for kind, seconds in self._cpu.values():
             totals[kind] += seconds
         return totals
@@ -275,9 +357,13 @@ def _children_cpu_s() -> float:
 
 def run_component(corpus: str, root: str, component: str, args: list[str], log_path: str,
                   timeout_s: float | None, run_args: tuple[str, ...] = (),
-                  extra_env: dict[str, str] | None = None) -> dict:
+                  extra_env: dict[str, str] | None = None, cluster_dir: str | None = None,
+                  watch: Callable[[subprocess.Popen], Callable[[], dict]] | None = None
+                  ) -> dict:
     """One `nmt run --to component` (with `run_args`) in its own process (group): its status,
-    wall time, peak memory of its process tree and CPU time."""
+    wall time, peak memory of its process tree (and of the session cluster's started in
+    `cluster_dir`) and CPU time. `watch`, given the started process, acts beside it and
+    returns what gives its facts for the result once the process has ended."""
     command = [sys.executable, "-m", "cli", "run", "--data", corpus, "--profile",
                "smoke", "--pipeline-root", root, "--to", component, *run_args,
                *[f"--beam-arg={a}" for a in args]]
@@ -292,8 +378,9 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-        sampler = PeakMemory(process.pid)
+        sampler = PeakMemory(process.pid, cluster_dir)
         sampler.start()
+        watched = watch(process) if watch else None
         status = "ok"
         try:
             returncode = process.wait(timeout=timeout_s)
@@ -301,6 +388,10 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
             os.killpg(process.pid, signal.SIGKILL)  # this run's own process group only
             returncode = process.wait()
             status = "timeout"
+        except BaseException:  # Ctrl-C or SIGTERM: the run, in a session of its own, too
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            raise
         wall_s = time.monotonic() - started
         sampler.stop()
     if status == "ok" and returncode != 0:
@@ -316,7 +407,7 @@ def run_component(corpus: str, root: str, component: str, args: list[str], log_p
                  for kind, seconds in sampler.cpu_by_kind().items()},
               **{f"at_peak_{kind}_mb": round(size / 2**20, 1)
                  for kind, size in sampler.peak_by_kind.items()},
-              "log": log_path}
+              "log": log_path, **(watched() if watched else {})}
     if status != "ok":
         with open(log_path, errors="replace") as f:
             result["error_tail"] = f.read()[-3000:]
@@ -390,6 +481,113 @@ def transform_files(root: str) -> dict:
     return {"transform_files_per_split": counts, "transform_bytes": size}
 
 
+# --- the session cluster of the cluster modes -----------------------------------------------
+
+@contextlib.contextmanager
+def session_cluster(mode: str, directory: str) -> Iterator[flink_cluster.Cluster | None]:
+    """A cluster mode's session cluster of CLUSTER_TASKMANAGERS TaskManagers, started in
+    `directory` for the block and stopped however the block ends (a failed run, Ctrl-C,
+    SIGTERM: main makes it an exit); None for the other modes."""
+    if not is_cluster(mode):
+        yield None
+        return
+    flink_cluster.stop(directory, quiet=True)  # one a killed scale.py left running
+    shutil.rmtree(directory, ignore_errors=True)
+    try:  # a cluster that does not start stops itself: no mode after it would run
+        cluster = flink_cluster.start(directory, CLUSTER_TASKMANAGERS,
+                                      rest_port=CLUSTER_REST_PORT,
+                                      worker_pool_port=CLUSTER_POOL_PORT,
+                                      rpc_port=CLUSTER_RPC_PORT)
+    except flink_cluster.ClusterError as err:
+        sys.exit(f"scale.py: {mode}: {err}")
+    try:
+        yield cluster
+    finally:
+        flink_cluster.stop(directory, quiet=True)
+
+
+class TaskManagerLoss(threading.Thread):
+    """Loses a TaskManager as tests/test_flink_cluster.py does: `after_s` seconds after
+    Transform's job (LOST_JOB) starts running tasks on the cluster, kills (SIGKILL) the
+    TaskManager that runs them and starts a replacement; the shipped conf makes Flink restart
+    the job. `facts` says what happened and what the JobManager recorded of the job."""
+
+    def __init__(self, cluster: flink_cluster.Cluster, process: subprocess.Popen,
+                 after_s: float) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.process, self.after_s = cluster, process, after_s
+        self.started = time.monotonic()
+        self.loss: dict = {"killed": None, "after_s": after_s}
+        self.jid: str | None = None
+
+    def _running(self) -> bool:
+        return self.process.poll() is None
+
+    def run(self) -> None:
+        try:
+            self._lose()
+        except (OSError, ValueError, KeyError, StopIteration, flink_cluster.ClusterError) as err:
+            self.loss["reason"] = f"{type(err).__name__}: {err}"[:300]
+
+    def _lose(self) -> None:
+        job = flink_jobs.running_job(self.cluster.master, LOST_JOB, self._running)
+        if job is None:
+            self.loss["reason"] = f"the run ended before {LOST_JOB} ran"
+            return
+        self.jid, tasks_at = job["jid"], time.monotonic()
+        busy: list[str] = []
+        # after_s, then a look every SAMPLE_S for as long again: a slot may be free for a
+        # moment between two of the job's tasks.
+        while self._running() and not busy and time.monotonic() < tasks_at + 2 * self.after_s:
+            time.sleep(SAMPLE_S)
+            if time.monotonic() >= tasks_at + self.after_s:
+                busy = flink_jobs.busy_taskmanagers(self.cluster.master)
+        if not busy:
+            when = f"{time.monotonic() - tasks_at:.0f} s into {LOST_JOB}"
+            self.loss["reason"] = (f"no busy TaskManager {when}" if self._running()
+                                   else f"the run ended {when}")
+            return
+        victim = flink_cluster.Cluster.load(self.cluster.directory).member(busy[0])
+        os.kill(victim.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        self.loss.update(killed=victim.role, killed_s_into_job=round(killed_at - tasks_at, 1),
+                         killed_s_into_run=round(killed_at - self.started, 1))
+        replacement = flink_cluster.add_taskmanager(self.cluster.directory)
+        self.loss.update(replacement=replacement.role,
+                         replacement_started_s=round(time.monotonic() - killed_at, 1))
+
+    def facts(self) -> dict:
+        """What happened ("killed": None, and why, if nothing was killed), with the job's final
+        state, seconds, parallelism and the failures the JobManager recorded (each restarted
+        the job, or failed it): read once the run has ended, before the cluster stops."""
+        self.join()
+        if self.jid:
+            master = self.cluster.master
+            try:
+                failures = flink_jobs.job_failures(master, self.jid)
+                job = flink_jobs.rest(master, f"/jobs/{self.jid}")
+                self.loss.update(
+                    job=self.jid, job_state=job["state"], job_s=job["duration"] / 1000,
+                    job_parallelism=max(v["parallelism"] for v in job["vertices"]),
+                    failures=len(failures),
+                    failure_exceptions=[f["exceptionName"] for f in failures],
+                    failures_name_the_killed=bool(self.loss["killed"]) and any(
+                        self.loss["killed"] in flink_jobs.failure_text(f) for f in failures))
+            except (OSError, ValueError, KeyError) as err:
+                self.loss["job_error"] = f"{type(err).__name__}: {err}"[:300]
+        return {"taskmanager_loss": self.loss}
+
+
+def lose_taskmanager(cluster: flink_cluster.Cluster, after_s: float
+                     ) -> Callable[[subprocess.Popen], Callable[[], dict]]:
+    """run_component's `watch` that loses a TaskManager during the run (TaskManagerLoss)."""
+    def watch(process: subprocess.Popen) -> Callable[[], dict]:
+        loss = TaskManagerLoss(cluster, process, after_s)
+        loss.start()
+        return loss.facts
+    return watch
+
+
 # --- the results file -----------------------------------------------------------------------
 
 class Results:
@@ -411,6 +609,17 @@ class Results:
 
     def save(self) -> None:
         results.write(self.path, self.measured, self.data)
+
+
+def _loss_said(loss: dict | None) -> str:
+    """A lost TaskManager in a progress line."""
+    if loss is None:
+        return ""
+    if not loss["killed"]:
+        return f"; NO TaskManager killed ({loss.get('reason')})"
+    return (f"; {loss['killed']} killed {loss['killed_s_into_job']:.0f} s into {LOST_JOB}, "
+            f"the job {str(loss.get('job_state')).lower()} after {loss.get('failures')} "
+            "failure(s)")
 
 
 def duration(seconds: float) -> str:
@@ -478,6 +687,9 @@ def main(argv: list[str] | None = None) -> None:
                              "sentencepiece (repeatable)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start --out afresh instead of adding to its rows")
+    parser.add_argument("--lose-after", type=float, default=30, metavar="S",
+                        help="flink_cluster_lost_taskmanager: kill the TaskManager S seconds "
+                             f"after {LOST_JOB}'s tasks start (default 30)")
     parser.add_argument("--one-run", action="store_true",
                         help=f"the data half as one `nmt run --to` its last component, as a "
                              f"user runs it (one Flink engine for all its jobs): one row, "
@@ -492,6 +704,9 @@ def main(argv: list[str] | None = None) -> None:
                      f"components: {', '.join(COMPONENTS)}) or a size < 1")
     runs_root = args.runs_root or os.path.join(args.data_root, "runs")
     os.makedirs(os.path.join(runs_root, "logs"), exist_ok=True)
+    # SIGTERM or a closed terminal as an exit, so that a cluster mode's cluster is stopped
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda number, _: sys.exit(128 + number))
 
     results = Results(args.out, {"machine": machine_info(), "argv": sys.argv[1:],
                                  "nice": os.nice(0)}, args.overwrite)
@@ -514,54 +729,66 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(root, ignore_errors=True)
             examples: dict = {}
             failed = None
-            for component in parts:
-                number += 1
-                target = components[-1] if component == DATA_HALF else component
-                row = {**corpus_facts, "mode": mode, "beam_args": beam_args(mode, args.workers),
-                       "env": mode_env(mode),
-                       "component": component, "pipeline_root": root,
-                       "started": datetime.datetime.now().astimezone().isoformat(
-                           timespec="seconds")}
-                if failed:
-                    results.add({**row, "status": "skipped", "reason": f"{failed} failed"})
-                    print(f"[{number}/{len(steps)}] {label} {mode} {component}: skipped "
-                          f"({failed} failed)", file=sys.stderr, flush=True)
-                    continue
-                log_name = f"{os.path.basename(corpus)}_{mode}_{component}.log"
-                log_path = os.path.join(runs_root, "logs", log_name.replace(" ", "_"))
-                run = run_component(corpus, root, target, beam_args(mode, args.workers),
-                                    log_path, args.timeout,
-                                    (*engine_args(mode), *args.run_arg), mode_env(mode))
-                row.update(run)
-                if run["status"] == "ok":
-                    row.update(component_time(corpus, root, target, run["subprocess_s"]))
-                    if component == DATA_HALF:  # every component of the run, summed
-                        row["component_s"] = round(sum(
-                            seconds for _, seconds in row.get("components_in_run", {}).values()),
-                            2) if row["time_source"] == "mlmd" else run["subprocess_s"]
-                    if component == "FraTxtExampleGen" or not examples:
-                        try:
-                            examples = examples_facts(root)
-                        except Exception as err:  # noqa: BLE001 - a count, not the timing
-                            examples = {"examples_error": str(err)[:300]}
-                    row.update(examples)
-                    if target == "Transform":
-                        row.update(transform_files(root))
-                        row.update(vocabulary_learning(log_path))
-                    done[(size, mode, component)] = run["subprocess_s"]
-                else:
-                    failed = component
-                results.add(row)
-                remaining = [estimate_s(s, done) for s in steps[number:]]
-                eta = ("unknown" if None in remaining else duration(sum(remaining)))
-                what = (f"{run['subprocess_s']:.0f} s (component {row.get('component_s', 0):.1f} s"
-                        f" {row.get('time_source', '')}), peak {_memory(run['peak_rss_mb'])}"
-                        if run["status"] == "ok" else
-                        f"{run['status'].upper()} after {run['subprocess_s']:.0f} s, "
-                        f"see {log_path}")
-                print(f"[{number}/{len(steps)}] {label} {mode} {component}: {what}; "
-                      f"elapsed {duration(time.monotonic() - started)}, ETA {eta}",
-                      file=sys.stderr, flush=True)
+            cluster_dir = os.path.join(runs_root, "flink-cluster", os.path.basename(root))
+            with session_cluster(mode, cluster_dir) as cluster:
+                for component in parts:
+                    number += 1
+                    target = components[-1] if component == DATA_HALF else component
+                    row = {**corpus_facts, "mode": mode,
+                           "beam_args": beam_args(mode, args.workers), "env": mode_env(mode),
+                           "component": component, "pipeline_root": root,
+                           "started": datetime.datetime.now().astimezone().isoformat(
+                               timespec="seconds")}
+                    if cluster:
+                        row["cluster"] = {"master": cluster.master, "directory": cluster_dir,
+                                          "taskmanagers": len(cluster.taskmanagers)}
+                    if failed:
+                        results.add({**row, "status": "skipped", "reason": f"{failed} failed"})
+                        print(f"[{number}/{len(steps)}] {label} {mode} {component}: skipped "
+                              f"({failed} failed)", file=sys.stderr, flush=True)
+                        continue
+                    log_name = f"{os.path.basename(corpus)}_{mode}_{component}.log"
+                    log_path = os.path.join(runs_root, "logs", log_name.replace(" ", "_"))
+                    loses = cluster and FLINK_MODES[mode].get("lose_taskmanager") \
+                        and target == "Transform"
+                    run = run_component(corpus, root, target, beam_args(mode, args.workers),
+                                        log_path, args.timeout,
+                                        (*engine_args(mode), *args.run_arg), mode_env(mode),
+                                        cluster_dir if cluster else None,
+                                        lose_taskmanager(cluster, args.lose_after)
+                                        if loses else None)
+                    row.update(run)
+                    if run["status"] == "ok":
+                        row.update(component_time(corpus, root, target, run["subprocess_s"]))
+                        if component == DATA_HALF:  # every component of the run, summed
+                            row["component_s"] = round(sum(
+                                seconds for _, seconds in row.get("components_in_run",
+                                                                  {}).values()),
+                                2) if row["time_source"] == "mlmd" else run["subprocess_s"]
+                        if component == "FraTxtExampleGen" or not examples:
+                            try:
+                                examples = examples_facts(root)
+                            except Exception as err:  # noqa: BLE001 - a count, not the timing
+                                examples = {"examples_error": str(err)[:300]}
+                        row.update(examples)
+                        if target == "Transform":
+                            row.update(transform_files(root))
+                            row.update(vocabulary_learning(log_path))
+                        done[(size, mode, component)] = run["subprocess_s"]
+                    else:
+                        failed = component
+                    results.add(row)
+                    remaining = [estimate_s(s, done) for s in steps[number:]]
+                    eta = ("unknown" if None in remaining else duration(sum(remaining)))
+                    what = (f"{run['subprocess_s']:.0f} s (component "
+                            f"{row.get('component_s', 0):.1f} s {row.get('time_source', '')}), "
+                            f"peak {_memory(run['peak_rss_mb'])}"
+                            if run["status"] == "ok" else
+                            f"{run['status'].upper()} after {run['subprocess_s']:.0f} s, "
+                            f"see {log_path}") + _loss_said(run.get("taskmanager_loss"))
+                    print(f"[{number}/{len(steps)}] {label} {mode} {component}: {what}; "
+                          f"elapsed {duration(time.monotonic() - started)}, ETA {eta}",
+                          file=sys.stderr, flush=True)
             if not args.keep_roots:
                 shutil.rmtree(root, ignore_errors=True)
     print(f"results: {args.out}", file=sys.stderr)

@@ -1,12 +1,17 @@
 """The Flink jobs of a run, and why one failed: from the embedded cluster's log (the job
 server's), or from a cluster's REST API (its JobManager's own record); a failed job's cause in
-one sentence a user can act on when the cluster's settings or state explain it."""
+one sentence a user can act on when the cluster's settings or state explain it; and, to lose a
+TaskManager on purpose (tests/test_flink_cluster.py, benchmarks/scale.py), a cluster's running
+job, its busy TaskManagers and a job's recorded failures."""
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
+import time
 import urllib.request
+from typing import Callable
 
 from engines.flink import FlinkEngine
 
@@ -48,6 +53,40 @@ def rest(master: str, path: str, seconds: float = _REST_SECONDS):
     """GET http://MASTER/PATH from Flink's REST API, parsed; OSError if it does not answer."""
     with urllib.request.urlopen(f"http://{master}{path}", timeout=seconds) as answer:
         return json.load(answer)
+
+
+def running_job(master: str, name: str, still: Callable[[], bool] = lambda: True,
+                seconds: float = math.inf) -> dict | None:
+    """The cluster's job `name` (its `/jobs/overview` entry) once its tasks run, polled every
+    0.5 s while `still()` (e.g. the run that submits it goes on), for up to `seconds`; None if
+    it did not run by then."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and still():
+        for job in rest(master, "/jobs/overview")["jobs"]:
+            if job["name"] == name and job["state"] == "RUNNING" and job["tasks"]["running"]:
+                return job
+        time.sleep(0.5)
+    return None
+
+
+def busy_taskmanagers(master: str) -> list[str]:
+    """The resource ids of the cluster's TaskManagers with no free slot: with one slot each
+    (engines/flink-conf.yaml), those running a job's tasks."""
+    return [tm["id"] for tm in rest(master, "/taskmanagers")["taskmanagers"]
+            if tm["freeSlots"] == 0]
+
+
+def job_failures(master: str, jid: str) -> list[dict]:
+    """The failures the JobManager recorded for a job (its exception history): each one
+    restarted the job, or, its restarts spent, failed it."""
+    return rest(master, f"/jobs/{jid}/exceptions")["exceptionHistory"]["entries"]
+
+
+def failure_text(failure: dict) -> str:
+    """A recorded failure's TaskManager, exception and stack trace: where to look for what was
+    lost (a killed TaskManager's resource id)."""
+    return "\n".join((failure.get("taskManagerId") or "", failure["exceptionName"],
+                      failure["stacktrace"]))
 
 
 def jobs(engine: FlinkEngine, since: float) -> list[FlinkJob]:

@@ -79,6 +79,31 @@ def test_a_table_without_its_result_file_says_not_measured_yet(tmp_path):
     assert rendered.splitlines()[2] == "| not measured yet: `scale_engines.json` | |"
 
 
+def test_the_cluster_table_counts_the_clusters_processes_and_a_lost_taskmanagers_cost(
+        tmp_path):
+    """scale.py's cluster rows: the worker pool's SDK workers among the Python workers, the
+    JobManager and TaskManagers apart, and the loss's cost against the cluster's run."""
+    def row(mode: str, seconds: float, transform: float, **extra) -> dict:
+        return {"status": "ok", "mode": mode, "size": 16, "component": "data half",
+                "component_s": seconds, "peak_rss_mb": 5000.0,
+                "components_in_run": {"Transform": ["executed", transform]},
+                "at_peak_runner_mb": 800.0, "at_peak_workers_mb": 10.0,
+                "at_peak_worker_pool_mb": 1000.0, "at_peak_jvm_mb": 400.0,
+                "at_peak_jobmanager_mb": 700.0, "at_peak_taskmanagers_mb": 2090.0, **extra}
+
+    loss = {"killed": "taskmanager-2", "killed_s_into_job": 30.2, "job_state": "FINISHED",
+            "failures": 1}
+    results.write(str(tmp_path / "scale_engines_16x_cluster.json"), "a test", {"rows": [
+        row("flink_cluster", 400.0, 150.0),
+        row("flink_cluster_lost_taskmanager", 470.0, 210.0, taskmanager_loss=loss)]})
+    table = next(t for t in figures.TABLES if t.name == "engines-cluster")
+    *_, cluster, lost = figures.render(table, str(tmp_path)).splitlines()
+    assert cluster.split(" | ")[2:10] == ["400", "–", "5,000", "800", "1,010", "400", "700",
+                                          "2,090"]
+    assert lost.split(" | ")[3] == ("+70 s, Transform +60 s (killed 30 s into Transform's job, "
+                                    "restarted 1×)")
+
+
 def test_write_records_the_layout_and_the_machine(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("model name\t: Some CPU\nflags\t\t: fpu avx2 avx512f amx_bf16\n")

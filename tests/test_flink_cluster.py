@@ -52,20 +52,15 @@ def _start_nmt(*args: str) -> subprocess.Popen:
 def _running_job(cluster: flink_cluster.Cluster, component: str, proc: subprocess.Popen,
                  seconds: float = 300) -> dict:
     """The cluster's job of `component` once its tasks run (from the REST API)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        for job in flink_jobs.rest(cluster.master, "/jobs/overview")["jobs"]:
-            if job["name"] == f"nmt-{component}" and job["state"] == "RUNNING" \
-                    and job["tasks"]["running"] > 0:
-                return job
-        time.sleep(0.5)
-    raise AssertionError(f"no running Flink job for {component}")
+    job = flink_jobs.running_job(cluster.master, f"nmt-{component}",
+                                 lambda: proc.poll() is None, seconds)
+    assert job, f"no running Flink job for {component}"
+    return job
 
 
 def _busy_taskmanager(cluster: flink_cluster.Cluster) -> flink_cluster.Member:
     """The TaskManager whose slot is taken (one slot each: the job's)."""
-    busy = [tm["id"] for tm in flink_jobs.rest(cluster.master, "/taskmanagers")[
-        "taskmanagers"] if tm["freeSlots"] == 0]
+    busy = flink_jobs.busy_taskmanagers(cluster.master)
     assert len(busy) == 1, busy
     return flink_cluster.Cluster.load(cluster.directory).member(busy[0])
 
@@ -132,12 +127,9 @@ def test_a_killed_taskmanager_restarts_transforms_job_and_the_run_pushes_a_model
     assert versions(killed_run.root)
     assert not killed_run.killed.alive()
     # Flink restarted the job (the JobManager's own record of it), once
-    exceptions = flink_jobs.rest(f"127.0.0.1:{REST_PORT}",
-                                    f"/jobs/{killed_run.transform_job}/exceptions")
-    lost = [e for e in exceptions["exceptionHistory"]["entries"]
-            if killed_run.killed.role in (e.get("taskManagerId") or "") + e["exceptionName"]
-            + e["stacktrace"]]
-    assert len(exceptions["exceptionHistory"]["entries"]) == 1 and lost, exceptions
+    failures = flink_jobs.job_failures(f"127.0.0.1:{REST_PORT}", killed_run.transform_job)
+    lost = [e for e in failures if killed_run.killed.role in flink_jobs.failure_text(e)]
+    assert len(failures) == 1 and lost, failures
     # the summary lists the four jobs, read from the cluster's REST API
     assert f"Beam engine: flink (127.0.0.1:{REST_PORT})" in run.stderr
     for component in ("FraTxtExampleGen", "StatisticsGen", "Transform", "Evaluator"):
