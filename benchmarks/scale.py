@@ -29,9 +29,9 @@ generated first if missing) and each Beam mode:
                     TaskManagers of one slot, Beam's worker pool, each a process of its own, with
                     engines/flink-conf.yaml) that scale.py starts before the mode's runs and
                     stops after them, however they end; on ports of its own (CLUSTER_*_PORT).
-                    Its jobs run at the cluster's parallelism (Flink's default, 1), not the
-                    embedded engine's one per core
-  flink_cluster_lost_taskmanager  the same, the TaskManager running Transform's job killed
+                    Its jobs run at parallelism 2 (--parallelism=2: both TaskManagers' slots),
+                    as the embedded engine runs at one per core
+  flink_cluster_lost_taskmanager  the same, a TaskManager running Transform's job killed
                     (SIGKILL) --lose-after seconds (default 30) after the job's tasks start, and
                     a replacement started, as tests/test_flink_cluster.py does: Flink restarts
                     the job. What a lost TaskManager costs: this mode's component_s less
@@ -159,11 +159,12 @@ FLINK_MODES: dict[str, dict] = {
     # A standalone session cluster (engines/flink_cluster.py), started by scale.py for the
     # mode's runs; its worker pool is on CLUSTER_POOL_PORT, not the 50000 runs assume.
     "flink_cluster": {"cluster": True,
-                      "beam_args": [f"--environment_config=localhost:{CLUSTER_POOL_PORT}"]},
+                      "beam_args": [f"--environment_config=localhost:{CLUSTER_POOL_PORT}",
+                                    "--parallelism=2"]},
     # and the TaskManager running Transform's job killed mid-job (TaskManagerLoss)
     "flink_cluster_lost_taskmanager": {
         "cluster": True, "lose_taskmanager": True,
-        "beam_args": [f"--environment_config=localhost:{CLUSTER_POOL_PORT}"]},
+        "beam_args": [f"--environment_config=localhost:{CLUSTER_POOL_PORT}", "--parallelism=2"]},
 }
 MODES = ("in_memory", "multi_processing", *FLINK_MODES)
 DATA_HALF = "data half"  # the component of a --one-run row
