@@ -14,7 +14,7 @@ from typing import Iterable, NamedTuple
 import apache_beam as beam
 
 # Where a pair was read: (file, byte offset), so references keep their file order. ExampleGen
-# numbers the files by path (source.ReadPairs); any sortable value works here.
+# numbers the files by path, spans by span number (source.ReadPairs); any sortable value works.
 Position = tuple
 
 

@@ -150,9 +150,10 @@ class _SplitOffReports(beam.DoFn):
 def ReadPairs(pipeline: beam.Pipeline, files: list[FileMetadata], max_line_bytes: int,
               range_bytes: int = DEFAULT_RANGE_BYTES) -> beam.pvalue.DoOutputsTuple:
     """The kept pairs of `files`, as ((English, French), (file number, byte offset)) where
-    the file number is the file's rank by path (so positions sort as (path, offset) do), and
-    under REPORTS a RangeReport per range read."""
-    numbers = {path: number for number, path in enumerate(sorted(m.path for m in files))}
+    the file number is the file's rank in `files` (so positions sort as the files are given,
+    then by offset: a sentence's references keep that order), and under REPORTS a
+    RangeReport per range read."""
+    numbers = {m.path: number for number, m in enumerate(files)}
     records = _read_all(
         pipeline | "InputFiles" >> beam.Create(files), range_bytes,
         lambda path: _PairSource(path, max_line_bytes, numbers[path]), with_filename=False)
