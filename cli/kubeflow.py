@@ -110,6 +110,9 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     recipe = parser.add_argument_group("training (as for nmt run)")
     before = set(recipe._group_actions)
     add_training_flags(recipe)
+    recipe.add_argument("--warm-start", action="store_true",
+                        help="each run starts training from the newest served model's weights "
+                             "when it runs, its vocabulary kept (the first: from scratch)")
     parser.set_defaults(compile_actions=actions + [a for a in recipe._group_actions
                                                    if a not in before])
 
@@ -261,7 +264,7 @@ def _compile_to(args: argparse.Namespace,
     config = config_lib.PipelineConfig(
         data_path=args.data, pipeline_name=args.pipeline_name, pipeline_root=args.pipeline_root,
         schema_file=kubeflow_runner.IMAGE_SCHEMA_FILE, **training_config(args),
-        beam_pipeline_args=_beam_args(args))
+        beam_pipeline_args=_beam_args(args), warm_start=args.warm_start)
     vertex_training = _vertex_training(args)
     try:
         return kubeflow_runner.compile_pipeline(
@@ -300,23 +303,36 @@ def _package_path(args: argparse.Namespace) -> Iterator[str]:
 
 def _caching(spec: pipeline_spec_pb2.PipelineSpec) -> str:
     """What a run may take from the cache, in one sentence for the compile output."""
+    from runners.kubeflow_runner import EXAMPLE_GEN_ID, SERVED_MODEL_ID
+
     tasks = spec.root.dag.tasks
     uncached = {name for name, task in tasks.items()  # resolver tasks have no caching options
                 if task.HasField("caching_options") and not task.caching_options.enable_cache}
-    rerun = set(uncached)
-    while True:  # everything downstream of an uncached task gets a new input artifact
-        more = {name for name, task in tasks.items() if set(task.dependent_tasks) & rerun}
-        if more <= rerun:
-            break
-        rerun |= more
+
+    def downstream(of: set[str]) -> set[str]:
+        """`of` and everything after it: each gets a new input artifact when `of` runs."""
+        rerun = set(of)
+        while True:
+            more = {name for name, task in tasks.items() if set(task.dependent_tasks) & rerun}
+            if more <= rerun:
+                return rerun
+            rerun |= more
+
+    rerun = downstream(uncached)
     cached = sorted(set(tasks) - rerun)
-    if not uncached:
+    warm = ""
+    if SERVED_MODEL_ID in uncached:
+        trained = sorted(downstream({SERVED_MODEL_ID}) - {SERVED_MODEL_ID})
+        warm = (f"; {SERVED_MODEL_ID} runs every time too (a warm start takes the model served "
+                f"when it runs), so {', '.join(trained)} run again")
+    if EXAMPLE_GEN_ID not in uncached:
         return ("caching: every task may be cached; FraTxtExampleGen's cache key includes the "
                 "fingerprint of fra.txt (its driver runs before the cache check), so a changed "
-                "file re-runs it and everything after it")
-    return (f"caching: {', '.join(sorted(uncached))} runs every time (open-source KFP cannot "
-            f"see that fra.txt changed), so {', '.join(sorted(rerun - uncached))} run again on "
-            f"its new output; cached when unchanged: {', '.join(cached)}")
+                "file re-runs it and everything after it" + warm)
+    after = downstream({EXAMPLE_GEN_ID}) - {EXAMPLE_GEN_ID}
+    return (f"caching: {EXAMPLE_GEN_ID} runs every time (open-source KFP cannot see that "
+            f"fra.txt changed), so {', '.join(sorted(after))} run again on its new output"
+            f"{warm}; cached when unchanged: {', '.join(cached)}")
 
 
 def _compile(args: argparse.Namespace) -> int:

@@ -6,8 +6,11 @@ model a schedule should build on. The version is copied into the artifact (`Form
 where the Trainer looks for a base model; a served version is tens of MB), so the base stays
 readable after the serving directory drops it, and ML Metadata records which version it was
 (`served_version`, `served_path`), linking the new model to the run that pushed the old one.
-`version` is fixed when `nmt run` builds the pipeline: an unchanged serving directory gives
-the same execution (a cache hit), a newly pushed version a new one.
+`nmt run` fixes `version` when it builds the pipeline: an unchanged serving directory gives
+the same execution (a cache hit), a newly pushed version a new one. A compiled Kubeflow spec
+cannot know it: there `version` is 0, the newest when the task runs (its cache is off, see
+runners/kubeflow_runner.py), and with nothing served yet the artifact stays empty and the
+Trainer trains from scratch.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import io_utils, path_utils
 
-from components.serving_versions import SERVED_PATH, SERVED_VERSION
+from components.serving_versions import SERVED_PATH, SERVED_VERSION, pushed_versions
 
 _LOG = logging.getLogger(__name__)
 
@@ -42,15 +45,24 @@ class Executor(base_executor.BaseExecutor):
            output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
         model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
-        served = os.path.join(exec_properties["serving_dir"], str(exec_properties["version"]))
+        serving_dir, version = exec_properties["serving_dir"], exec_properties["version"]
+        if not version:
+            versions = pushed_versions(serving_dir)
+            if not versions:
+                _LOG.info("Nothing is served under %s yet: the Trainer starts from scratch.",
+                          serving_dir)
+                return
+            version = versions[-1]
+        served = os.path.join(serving_dir, str(version))
         io_utils.copy_dir(served, path_utils.serving_model_dir(model.uri))
-        model.set_string_custom_property(SERVED_VERSION, str(exec_properties["version"]))
+        model.set_string_custom_property(SERVED_VERSION, str(version))
         model.set_string_custom_property(SERVED_PATH, served)
-        _LOG.info("Took served version %s as the base model.", exec_properties["version"])
+        _LOG.info("Took served version %s as the base model.", version)
 
 
 class ServedModel(base_component.BaseComponent):
-    """The served `version` under `serving_dir` as a Model artifact."""
+    """The served `version` under `serving_dir` (0: the newest when it runs) as a Model
+    artifact."""
 
     SPEC_CLASS = ServedModelSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)

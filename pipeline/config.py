@@ -71,10 +71,11 @@ class PipelineConfig:
     beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
     enable_cache: bool = True
     compare_with_latest_blessed: bool = True  # False on open-source KFP (no resolver steps)
-    # A warm start (pipeline/warm_start.py): the served version the Trainer starts from, and
-    # the directory of its vocabulary, which Transform keeps instead of learning one.
-    warm_start_version: int | None = None
-    base_vocabulary: str = ""
+    # A warm start (pipeline/warm_start.py): the Trainer starts from a served version, whose
+    # vocabulary Transform keeps. `nmt run` fixes which (warm_start_version); 0: the newest
+    # when the run gets there (a compiled Kubeflow spec), or nothing served yet.
+    warm_start: bool = False
+    warm_start_version: int = 0
 
     @property
     def data_root(self) -> str:
@@ -137,8 +138,8 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         max_references=config.max_references,
         newest_spans=config.newest_spans,
         transform_config={**config.vocabulary_settings,
-                          **({"base_vocabulary": config.base_vocabulary}
-                             if config.base_vocabulary else {}),
+                          **({"served_vocabulary": config.serving_dir}
+                             if config.warm_start else {}),
                           "code_version": code_version(TRANSFORM_MODULE)},
         train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's
         trainer_config=trainer.to_config(),
@@ -147,6 +148,6 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         serving_dir=config.serving_dir,
         beam_pipeline_args=config.beam_pipeline_args,
         compare_with_latest_blessed=config.compare_with_latest_blessed,
-        warm_start_version=config.warm_start_version,
+        warm_start_version=config.warm_start_version if config.warm_start else None,
         enable_cache=config.enable_cache,
     )

@@ -53,8 +53,9 @@ def create_pipeline(
     """fra.txt -> ExampleGen -> StatisticsGen -> schema -> ExampleValidator -> Transform
     -> Trainer -> Evaluator (against the latest blessed model) -> Pusher.
 
-    With `warm_start_version`, the Trainer starts from that served version (ServedModel ->
-    Trainer's base_model; Transform keeps its vocabulary through `transform_config`).
+    With `warm_start_version` (0: the newest when the run gets there), the Trainer starts from
+    that served version (ServedModel -> Trainer's base_model; Transform keeps its vocabulary,
+    `transform_config`'s served_vocabulary).
     Without `compare_with_latest_blessed` there is no baseline Resolver (open-source KFP
     cannot run resolver steps) and the Evaluator blesses on the BLEU threshold alone.
     """
@@ -75,7 +76,7 @@ def create_pipeline(
         disable_statistics=True)  # StatisticsGen has the raw data's; nothing reads Transform's
     transform.add_upstream_node(example_validator)  # never transform data that failed validation
     served_model = ServedModel(serving_dir=serving_dir, version=warm_start_version) \
-        if warm_start_version else None
+        if warm_start_version is not None else None
     trainer = Trainer(
         run_fn=RUN_FN,
         examples=transform.outputs["transformed_examples"],

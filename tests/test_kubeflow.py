@@ -196,6 +196,30 @@ def test_open_source_kfp_never_caches_example_gen(spec, compiled, tmp_path, caps
         "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver")
 
 
+def test_warm_start_compiles_a_served_model_task_that_is_never_cached(tmp_path, capsys):
+    """`--warm-start`: the Trainer's base_model comes from ServedModel, which takes the newest
+    served version when it runs (version 0), so neither backend may cache it; Transform is
+    told where to find the served vocabulary (issue #65 item 5)."""
+    for backend in ("kfp", "vertex"):
+        path = str(tmp_path / f"{backend}.yaml")
+        assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--backend", backend, "--warm-start",
+                            "--output", path) == 0
+        out = capsys.readouterr().out
+        assert "ServedModel runs every time too (a warm start takes the model served when it " \
+               "runs), so AtomicPusher, Evaluator, Trainer run again" in out
+        warm = read_spec(path)
+        tasks = warm.root.dag.tasks
+        assert not tasks["ServedModel"].caching_options.enable_cache
+        assert "ServedModel" in tasks["Trainer"].dependent_tasks
+        assert tasks["Trainer"].inputs.artifacts["base_model"].task_output_artifact \
+            .producer_task == "ServedModel"
+        parameters = tasks["ServedModel"].inputs.parameters
+        assert parameters["version"].runtime_value.constant.number_value == 0
+        transform = json.loads(tasks["Transform"].inputs.parameters[
+            "custom_config"].runtime_value.constant.string_value)
+        assert transform["served_vocabulary"] == f"{PIPELINE_ROOT}/serving/nmt-fra-eng"
+
+
 def test_dataflow_workers_get_the_image(spec):
     for task in BEAM_COMPONENTS:
         args = executors(spec)[executor_label(spec, task)].container.args

@@ -1,7 +1,9 @@
 """The compiled Kubeflow/Vertex spec, executed: each task's own command from the YAML, run by
 tests/kfp_launcher.py as KFP's driver and launcher would (see its docstring for what it
-simplifies). One full open-source-KFP run of the smoke pipeline is shared by the module; the
-fra.txt-change and Vertex cases then run only the tasks they are about, on the same root.
+simplifies). One full open-source-KFP run of the smoke pipeline, compiled with --warm-start
+(nothing served yet: from scratch), is shared by the module; the fra.txt-change and Vertex
+cases then run only the tasks they are about, on the same root; last, a second scheduled run
+of the same spec continues the first run's pushed model.
 """
 from __future__ import annotations
 
@@ -33,13 +35,14 @@ class World:
     kfp_spec: str
     vertex_spec: str
     tasks: dict[str, TaskRun]
+    params: dict  # the run's parameter values
 
 
-def compile_for(backend: str, root: str, path: str) -> str:
+def compile_for(backend: str, root: str, path: str, warm_start: bool = False) -> str:
     """The smoke profile with local paths; the compiled data directory does not exist, so
     only a data_root override that reaches ExampleGen lets the run read fra.txt."""
     config = PipelineConfig(data_path=os.path.join(root, "compiled-default", "fra.txt"),
-                            pipeline_root=root, profile="smoke")
+                            pipeline_root=root, profile="smoke", warm_start=warm_start)
     kubeflow_runner.compile_pipeline(config, IMAGE, path, backend=backend)
     return path
 
@@ -54,21 +57,23 @@ def world(fra_sample, tmp_path_factory) -> World:
     root, data_dir = str(base / "root"), str(base / "data")
     os.makedirs(data_dir)
     shutil.copy(fra_sample, data_dir)
-    kfp_spec = compile_for("kfp", root, str(base / "kfp.yaml"))
+    kfp_spec = compile_for("kfp", root, str(base / "kfp.yaml"), warm_start=True)
     vertex_spec = compile_for("vertex", root, str(base / "vertex.yaml"))
     # As `nmt kubeflow submit --param ...` would send them (a partial trainer_config merged).
     params = kfp_client.parameter_values(kfp_client.Package.read(kfp_spec), [
         f"data_root={data_dir}", f'train_args={{"num_steps": {TRAIN_STEPS}}}',
         'trainer_config={"hparams": {"label_smoothing": 0.05}}'])
     tasks = LocalPipelineRun(read_spec(kfp_spec), root, params).run()
-    return World(root, data_dir, kfp_spec, vertex_spec, tasks)
+    return World(root, data_dir, kfp_spec, vertex_spec, tasks, params)
 
 
 def test_every_task_runs_its_own_command_and_a_model_is_pushed(world):
     assert {name: task.state for name, task in world.tasks.items()} == {
         name: "executed" for name in ("FraTxtExampleGen", "ImportSchemaGen", "StatisticsGen",
-                                      "StrictExampleValidator", "Transform", "Trainer",
-                                      "Evaluator", "AtomicPusher")}
+                                      "StrictExampleValidator", "Transform", "ServedModel",
+                                      "Trainer", "Evaluator", "AtomicPusher")}
+    # --warm-start with nothing served yet: ServedModel found none, the Trainer trained anew
+    assert "served_version" not in metadata(world.tasks["ServedModel"].artifact("model"))
     pushed = metadata(world.tasks["AtomicPusher"].artifact("pushed_model"))
     assert pushed["pushed"] == 1
     version_dir = os.path.join(world.root, "serving", "nmt-fra-eng", pushed["pushed_version"])
@@ -186,3 +191,25 @@ def test_translate_reads_a_serving_directory_through_tf_io_gfile(world):
     assert translate.resolve_model_dir(serving) == f"{serving}/{pushed['pushed_version']}"
     with pytest.raises(translate.TranslateError, match="No pushed model in ram://nothing"):
         translate.resolve_model_dir("ram://nothing")
+
+
+def test_the_next_scheduled_run_continues_the_served_model(world):
+    """The same compiled spec run again on the same root, as a schedule's next run: its
+    ServedModel (never cached) takes the version the first run pushed, Transform keeps that
+    model's vocabulary, and the Trainer starts from its weights (issue #65 item 5). Last in the
+    module: it pushes a newer model."""
+    first = metadata(world.tasks["AtomicPusher"].artifact("pushed_model"))
+    tasks = LocalPipelineRun(read_spec(world.kfp_spec), world.root, world.params).run()
+    served = tasks["ServedModel"]
+    assert served.state == "executed"
+    assert metadata(served.artifact("model"))["served_version"] == first["pushed_version"]
+    assert tasks["Trainer"].state == "executed"
+    second = metadata(tasks["AtomicPusher"].artifact("pushed_model"))
+    assert second["pushed"] == 1 and second["pushed_version"] != first["pushed_version"]
+    for name in ("joint_vocab", "joint_vocab.model"):
+        with open(os.path.join(first["pushed_destination"], "assets", name), "rb") as a, \
+                open(os.path.join(second["pushed_destination"], "assets", name), "rb") as b:
+            assert a.read() == b.read(), name
+    with open(os.path.join(second["pushed_destination"], "assets.extra",
+                           "nmt_training.json"), encoding="utf-8") as f:
+        assert json.load(f)["total_train_steps"] == 2 * TRAIN_STEPS

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from typing import Any
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -114,20 +115,31 @@ def _probe(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput,
     return budget.seconds_per_step(build_keras_model(hparams), batches)
 
 
-def _base(model_dir: str, tf_transform_output: tft.TFTransformOutput
-          ) -> warm_start.TrainingRecord:
-    """The base model's record, once its vocabulary is known to be this Transform's: the same
-    files, so that every id means the same piece (Transform keeps it, see base_vocabulary)."""
+def _read(path: str) -> bytes:
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
+def _base(model_dir: str, tf_transform_output: tft.TFTransformOutput,
+          transform: dict[str, Any]) -> warm_start.TrainingRecord:
+    """The base model's record, once its tokenization is known to be this run's and its
+    vocabulary this Transform's (the same files, so that every id means the same piece:
+    Transform keeps it, see served_vocabulary)."""
     base = warm_start.base_record(model_dir)
+    changed = warm_start.tokenization_changes(base.transform, transform)
+    if changed:
+        raise warm_start.WarmStartError(
+            "Cannot continue the served model: this run's " + ", ".join(changed)
+            + " would give other pieces; compile or run with the base's settings.")
     for name in (SOURCE_VOCAB, TARGET_VOCAB):
         mine = tf_transform_output.vocabulary_file_by_name(name)
         theirs = os.path.join(model_dir, "assets", os.path.basename(mine))
-        if not tf.io.gfile.exists(theirs) or \
-                tf.io.gfile.GFile(theirs, "rb").read() != tf.io.gfile.GFile(mine, "rb").read():
+        if not tf.io.gfile.exists(theirs) or _read(theirs) != _read(mine):
             raise warm_start.WarmStartError(
-                f"Transform's vocabulary {os.path.basename(mine)} is not the base model's "
-                f"({theirs}): its ids would mean other pieces; run Transform with the base's "
-                "vocabulary (nmt run --warm-start keeps it).")
+                f"Transform's vocabulary {os.path.basename(mine)} is not the served model's "
+                f"({theirs}), so its ids would mean other pieces: that model was trained on "
+                "another vocabulary than this Transform output (a cached one, from before it "
+                "was pushed?); run again with --no-cache, or without --warm-start.")
     return base
 
 
@@ -143,7 +155,11 @@ def run_fn(fn_args: FnArgs) -> None:
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     hparams = _hparams(settings, fn_args.train_steps or 0, tf_transform_output)
     profile = _hparams(settings, fn_args.train_steps or 0, tf_transform_output, overridden=False)
-    base = _base(fn_args.base_model, tf_transform_output) if fn_args.base_model else None
+    # A warm start's base: none when nothing was served yet (ServedModel left it empty).
+    served = fn_args.base_model and tf.io.gfile.exists(
+        os.path.join(fn_args.base_model, "saved_model.pb"))
+    base = _base(fn_args.base_model, tf_transform_output, settings.transform) if served \
+        else None
     if base:
         hparams = warm_start.continued_hparams(base, hparams, overrides)
         profile = warm_start.continued_hparams(base, profile, {})

@@ -30,6 +30,11 @@ _DECIDED_PER_RUN = ("train_steps", "train_minutes", "adapt_recipe", "precision",
                     "checkpoint_every")
 
 
+# Transform's settings that decide a SentencePiece vocabulary's pieces and what its ids mean.
+TOKENIZATION = ("tokenizer", "vocab_size", "joint_vocabulary", "whole_numbers",
+                "split_elisions")
+
+
 class WarmStartError(ValueError):
     """The base model cannot be continued; the message says why, in one sentence."""
 
@@ -72,6 +77,12 @@ def base_record(model_dir: str) -> TrainingRecord:
             "warm starts existed), so its recipe is unknown: train one without --warm-start "
             "first.")
     return record
+
+
+def tokenization_changes(theirs: dict[str, Any], mine: dict[str, Any]) -> list[str]:
+    """The tokenization settings in which `mine` differs from a base's `theirs`, in words."""
+    return [f"{name} {mine.get(name)} (the base's: {theirs.get(name)})" for name in TOKENIZATION
+            if theirs.get(name) != mine.get(name)]
 
 
 def continued_hparams(base: TrainingRecord, run: hparams_lib.HParams,

@@ -23,7 +23,7 @@ from transform_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_
                                      DEFAULT_WORDPIECE_MAX_WORDS, DEFAULT_WORDPIECE_MIN_COUNT,
                                      END_ID, PAD_ID, START_ID, TOKENIZERS, UNK_ID)
 from transform_module.sentencepiece import (WORD_START, kept_sentencepiece_vocabularies,
-                                            sentencepiece_vocabularies)
+                                            newest_served_assets, sentencepiece_vocabularies)
 from transform_module.wordpiece import WORDPIECE_JOINER, wordpiece_vocabularies
 
 # Raw features (from ExampleGen) and transformed features (to the Trainer / TFMA).
@@ -76,15 +76,17 @@ class TransformSettings:
     wordpiece_min_count: int = DEFAULT_WORDPIECE_MIN_COUNT
     wordpiece_max_words: int = DEFAULT_WORDPIECE_MAX_WORDS
     sentencepiece_max_sentences: int = DEFAULT_SENTENCEPIECE_MAX_SENTENCES
-    base_vocabulary: str = ""  # a directory of SentencePiece vocabularies to keep, not learn
+    # A serving directory (a warm start): keep its newest version's SentencePiece vocabulary
+    # instead of learning one, so every id means the same piece; nothing served yet: learn.
+    served_vocabulary: str = ""
 
     def __post_init__(self) -> None:
         if self.tokenizer not in TOKENIZERS:
             raise ValueError(
                 f"unknown tokenizer {self.tokenizer!r}; valid: {', '.join(TOKENIZERS)}")
-        if self.base_vocabulary and self.tokenizer != "sentencepiece":
-            raise ValueError(f"a kept vocabulary (base_vocabulary) is a SentencePiece one; "
-                             f"tokenizer {self.tokenizer!r} learns its own")
+        if self.served_vocabulary and self.tokenizer != "sentencepiece":
+            raise ValueError(f"a served model's vocabulary (served_vocabulary) is kept only "
+                             f"for the sentencepiece tokenizer, not {self.tokenizer!r}")
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.type == "bool" and not isinstance(value, bool):
@@ -157,9 +159,10 @@ def _vocabularies(texts: dict[str, list[tf.Tensor | tf.RaggedTensor]],
         return tf.concat([v.flat_values if isinstance(v, tf.RaggedTensor) else v
                           for v in values], axis=0)
 
-    if settings.base_vocabulary:
+    served = settings.served_vocabulary and newest_served_assets(settings.served_vocabulary)
+    if served:
         return kept_sentencepiece_vocabularies({name: flat(t) for name, t in texts.items()},
-                                               settings.base_vocabulary)
+                                               served)
     if settings.tokenizer == "sentencepiece":
         return sentencepiece_vocabularies(
             {name: flat(t) for name, t in texts.items()}, settings.vocab_size,

@@ -49,6 +49,16 @@ def sentencepiece_vocabularies(sentences: dict[str, tf.Tensor], vocab_size: int,
     return {name: (paths[2 * i], paths[2 * i + 1]) for i, name in enumerate(names)}
 
 
+def newest_served_assets(serving_dir: str) -> str | None:
+    """The assets directory of the newest complete version under a serving directory (TF
+    Serving's layout, as components/serving_versions.py reads it: integer names, complete once
+    saved_model.pb is there), or None when nothing is served."""
+    versions = [os.path.basename(os.path.dirname(path)) for path in
+                tf.io.gfile.glob(os.path.join(serving_dir, "*", "saved_model.pb"))]
+    numbered = [int(version) for version in versions if version.isdigit()]
+    return os.path.join(serving_dir, str(max(numbered)), "assets") if numbered else None
+
+
 def kept_sentencepiece_vocabularies(sentences: dict[str, tf.Tensor], directory: str
                                     ) -> dict[str, tuple[tf.Tensor, tf.Tensor]]:
     """As `sentencepiece_vocabularies`, but each vocabulary and model is an existing one, the
