@@ -176,17 +176,21 @@ class Chain:
     root: str
     first: str  # stderr of each run
     second: str
+    version: str  # the first run's pushed version
 
 
 @pytest.fixture(scope="module")
 def chain(nmt_pipeline, fra_sample, tmp_path_factory) -> Chain:
+    """A first run that pushes, then one warm-started from it up to the Trainer (what comes
+    after is a fresh run's, tested elsewhere)."""
     root = str(tmp_path_factory.mktemp("warm"))
-    runs = []
-    for steps in (FIRST_STEPS, SECOND_STEPS):
-        run = nmt_pipeline(*smoke_args(fra_sample, root, steps)[1:], "--warm-start")
-        assert run.returncode == 0, run.stderr[-5000:]
-        runs.append(run.stderr)
-    return Chain(root, *runs)
+    first = nmt_pipeline(*smoke_args(fra_sample, root, FIRST_STEPS)[1:], "--warm-start")
+    assert first.returncode == 0, first.stderr[-5000:]
+    second = nmt_pipeline(*smoke_args(fra_sample, root, SECOND_STEPS)[1:], "--warm-start",
+                          "--to", "Trainer")
+    assert second.returncode == 0, second.stderr[-5000:]
+    [version] = versions(root)
+    return Chain(root, first.stderr, second.stderr, version)
 
 
 def _histories(root: str) -> list[list[dict]]:
@@ -201,14 +205,13 @@ def _histories(root: str) -> list[list[dict]]:
 
 def test_the_second_run_continues_the_first_runs_model(chain):
     assert "nothing is served under" in chain.first and "from scratch" in chain.first
-    first_version, second_version = versions(chain.root)
-    assert (f"Warm start: training continues from served version {first_version} "
+    assert (f"Warm start: training continues from served version {chain.version} "
             f"({FIRST_STEPS} training steps behind it), its vocabulary kept.") in chain.second
     # the data is unchanged: ExampleGen, StatisticsGen and Transform (whose vocabulary the
     # first model has) are reused; the Trainer trains on from the served model
     for component, state in (("FraTxtExampleGen", "cached"), ("StatisticsGen", "cached"),
                              ("Transform", "cached"), ("ServedModel", "executed"),
-                             ("Trainer", "executed"), ("AtomicPusher", "executed")):
+                             ("Trainer", "executed")):
         assert re.search(rf"{component} +[\d.]+ s  {state}", chain.second), component
     first, second = _histories(chain.root)
     # its first steps' loss is where the first run ended, far below a fresh start's
@@ -216,42 +219,44 @@ def test_the_second_run_continues_the_first_runs_model(chain):
     assert second[0]["loss"] < first[-1]["loss"] + 0.2
 
 
+def _second_model(root: str):
+    return latest_artifact(open_store(root), "Model", "Trainer")
+
+
 def test_the_vocabulary_is_the_base_models_byte_for_byte(chain):
-    first_version, second_version = versions(chain.root)
-    serving = os.path.join(chain.root, "serving", "nmt-fra-eng")
+    served = os.path.join(chain.root, "serving", "nmt-fra-eng", chain.version, "assets")
+    trained = os.path.join(_second_model(chain.root).uri, "Format-Serving", "assets")
     for name in ("joint_vocab", "joint_vocab.model"):
-        with open(os.path.join(serving, first_version, "assets", name), "rb") as a, \
-                open(os.path.join(serving, second_version, "assets", name), "rb") as b:
+        with open(os.path.join(served, name), "rb") as a, \
+                open(os.path.join(trained, name), "rb") as b:
             assert a.read() == b.read(), name
 
 
 def test_lineage_and_models_show_the_chain_and_its_total_steps(chain):
-    first_version, second_version = versions(chain.root)
-    lineage = run_nmt("metadata", "lineage", second_version, "--pipeline-root",
-                      chain.root, "--json")
+    model = _second_model(chain.root)
+    lineage = run_nmt("metadata", "lineage", str(model.id), "--pipeline-root", chain.root,
+                      "--json")
     assert lineage.returncode == 0, lineage.stderr
     result = json.loads(lineage.stdout)
     assert [m["total_train_steps"] for m in result["models"]] == [
         FIRST_STEPS + SECOND_STEPS, FIRST_STEPS]
-    pushed = [n for n in result["chain"] if n["type"] == "PushedModel"]
-    assert [p["properties"]["version"] for p in pushed] == [second_version,
-                                                            first_version]
+    # the base: the first run's push, reached through the served version it recorded
     served = [n for n in result["chain"] if n["producer"] == "ServedModel"]
-    assert served and served[0]["properties"]["served_version"] == first_version
-    models = run_nmt("metadata", "models", "--pipeline-root", chain.root, "--json")
-    totals = {m["pushed_version"]: m["total_train_steps"] for m in json.loads(models.stdout)}
-    assert totals == {second_version: FIRST_STEPS + SECOND_STEPS,
-                      first_version: FIRST_STEPS}
-    store = open_store(chain.root)
-    trainer_input = latest_artifact(store, "Model", "ServedModel")
-    assert trainer_input.custom_properties["served_version"].string_value == first_version
+    assert served and served[0]["properties"]["served_version"] == chain.version
+    pushed = [n for n in result["chain"] if n["type"] == "PushedModel"]
+    assert [p["properties"]["version"] for p in pushed] == [chain.version]
+    assert pushed[0]["id"] in served[0]["inputs"]
+    models = json.loads(run_nmt("metadata", "models", "--pipeline-root", chain.root,
+                                "--json").stdout)
+    assert [(m["total_train_steps"], m["pushed_version"]) for m in models] == [
+        (FIRST_STEPS + SECOND_STEPS, None), (FIRST_STEPS, chain.version)]
 
 
 def test_another_vocabulary_size_fails_before_anything_runs(chain, fra_sample):
-    before = versions(chain.root)
     run = run_nmt(*smoke_args(fra_sample, chain.root, 2), "--warm-start", "--vocab-size", "99")
     assert run.returncode == 2, run.stderr[-3000:]
     assert last_line(run.stderr).startswith(
-        f"nmt: error: Cannot warm-start from served version {before[-1]}: this run's "
+        f"nmt: error: Cannot warm-start from served version {chain.version}: this run's "
         f"vocab_size 99 (the base's: {DEFAULT_VOCAB_SIZE}) would give other pieces")
-    assert versions(chain.root) == before
+    assert versions(chain.root) == [chain.version]
+    assert "Running pipeline" not in run.stderr
