@@ -48,7 +48,9 @@ class Executor(base_executor.BaseExecutor):
         serving_dir, version = exec_properties["serving_dir"], exec_properties["version"]
         if not version:
             versions = pushed_versions(serving_dir)
-            if not versions:
+            if not versions:  # the properties, empty, still mark the artifact as no training
+                model.set_string_custom_property(SERVED_VERSION, "")
+                model.set_string_custom_property(SERVED_PATH, "")
                 _LOG.info("Nothing is served under %s yet: the Trainer starts from scratch.",
                           serving_dir)
                 return

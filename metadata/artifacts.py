@@ -138,8 +138,9 @@ def pushed_properties(graph: Graph, artifact: metadata_store_pb2.Artifact) -> di
 def _model_properties(graph: Graph, artifact: metadata_store_pb2.Artifact) -> dict[str, Any]:
     """The steps behind a trained model; for a warm start's base, the served version it is."""
     served = custom_properties(artifact)
-    if served.get(SERVED_VERSION):
-        return {"served_version": served[SERVED_VERSION], "served_path": served[SERVED_PATH]}
+    if SERVED_PATH in served:  # a warm start's base ("": nothing was served yet)
+        return {"served_version": served[SERVED_VERSION] or "none",
+                "served_path": served[SERVED_PATH] or "-"}
     total = total_train_steps(artifact)
     return {"total_train_steps": total} if total is not None else {}
 

@@ -71,7 +71,7 @@ def lineage(store: mlmd.MetadataStore, ref: str) -> dict[str, Any]:
                                                "sha256": f["sha256"]}, "inputs": []}
               for f in files]
     models = [graph.artifacts[node["id"]] for node in chain if node["type"] == "Model"
-              and not custom_properties(graph.artifacts[node["id"]]).get(SERVED_PATH)]
+              and SERVED_PATH not in custom_properties(graph.artifacts[node["id"]])]
     return {"target": target.id, "chain": chain,
             "models": [{"model": m.id, "run": graph.run_name(graph.producer.get(m.id)),
                         "trained_steps": trained_steps(graph, m),

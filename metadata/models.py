@@ -54,7 +54,7 @@ def list_models(store: mlmd.MetadataStore) -> list[dict[str, Any]]:
     serving = _serving(pushes)
     models = []
     trained = (a for a in graph.artifacts.values()  # not a warm start's copy of a served one
-               if a.type == "Model" and not custom_properties(a).get(SERVED_PATH))
+               if a.type == "Model" and SERVED_PATH not in custom_properties(a))
     for model in sorted(trained, key=lambda a: a.id, reverse=True):
         blessing = _latest_blessing(graph, model.id)
         judged = blessing_properties(graph, blessing) if blessing else {}

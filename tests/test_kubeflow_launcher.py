@@ -73,7 +73,7 @@ def test_every_task_runs_its_own_command_and_a_model_is_pushed(world):
                                       "StrictExampleValidator", "Transform", "ServedModel",
                                       "Trainer", "Evaluator", "AtomicPusher")}
     # --warm-start with nothing served yet: ServedModel found none, the Trainer trained anew
-    assert "served_version" not in metadata(world.tasks["ServedModel"].artifact("model"))
+    assert metadata(world.tasks["ServedModel"].artifact("model"))["served_version"] == ""
     pushed = metadata(world.tasks["AtomicPusher"].artifact("pushed_model"))
     assert pushed["pushed"] == 1
     version_dir = os.path.join(world.root, "serving", "nmt-fra-eng", pushed["pushed_version"])
