@@ -223,10 +223,12 @@ def test_lineage_does_not_follow_the_baseline_model(capsys, root, run_ids):
 
 def test_models_mark_the_serving_one(capsys, root, run_ids, smoke_run):
     rerun, resumed = query(capsys, root, "models")
-    assert {k: resumed[k] for k in ("run", "train_steps", "trained_steps", "blessed",
-                                    "baseline_model", "pushed_version", "serving")} == {
+    assert {k: resumed[k] for k in ("run", "train_steps", "trained_steps", "total_train_steps",
+                                    "blessed", "baseline_model", "pushed_version",
+                                    "serving")} == {
         "run": run_ids["resumed"], "train_steps": SMOKE_TRAIN_STEPS,
-        "trained_steps": SMOKE_TRAIN_STEPS, "blessed": True,
+        "trained_steps": SMOKE_TRAIN_STEPS, "total_train_steps": SMOKE_TRAIN_STEPS,
+        "blessed": True,
         "baseline_model": None, "pushed_version": smoke_run.pushed_version, "serving": True}
     assert {k: rerun[k] for k in ("run", "train_steps", "trained_steps", "blessed",
                                   "baseline_model", "pushed_version", "serving")} == {
@@ -241,8 +243,8 @@ def test_models_mark_the_serving_one(capsys, root, run_ids, smoke_run):
     serving = [line for line in table.splitlines() if "<- serving" in line]
     assert status == 0 and len(serving) == 1
     # Every BLEU names its references and signature: the title says which is which.
-    assert table.splitlines()[1].split()[4:8] == ["BLEU-1REF", "CHRF-1REF", "BLEU-ALL",
-                                                  "CHRF-ALL"]
+    assert table.splitlines()[1].split()[2:9] == ["STEPS", "OF", "TOTAL", "BLEU-1REF",
+                                                  "CHRF-1REF", "BLEU-ALL", "CHRF-ALL"]
     assert f"(BLEU nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}" \
            in table.splitlines()[0]
     assert serving[0].split()[:2] == [str(resumed["model"]), run_ids["resumed"]]
