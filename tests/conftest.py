@@ -47,6 +47,10 @@ SLOW_FIXTURES = {"overfit", "exported_translator"}
 SMOKE_ROOT_FIXTURES = {"smoke_run", "smoke_rerun"}
 SMOKE_ROOT_MODULES = {"test_data_pipeline", "test_evaluate", "test_metadata",
                       "test_metadata_stores", "test_pipeline_e2e"}
+# The Flink modules, one after the other on one worker: test_flink.py counts the engine
+# processes alive (job servers, worker pools, SDK workers), which the session cluster's of
+# test_flink_cluster.py would be among; and two Flink engines at once would share 2 cores.
+FLINK_MODULES = {"test_flink", "test_flink_cluster"}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -120,14 +124,14 @@ def _write_worker_timeline(terminalreporter) -> None:
 
 # The longest units (by make test's worker timeline), started first: xdist orders units by
 # their number of tests, which would leave the longest one running alone at the end.
-LONGEST_FIRST = ("tests/test_flink_cluster.py", "the smoke root", "tests/test_faults.py",
-                 "tests/test_distributed.py", "tests/test_flink.py",
-                 "tests/test_kubeflow_launcher.py")
+LONGEST_FIRST = ("the Flink modules", "the smoke root", "tests/test_faults.py",
+                 "tests/test_kubeflow_launcher.py", "tests/test_distributed.py",
+                 "tests/test_warm_start.py")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
-    """xdist's per-module scheduling, with the smoke root's modules as one unit, the longest
-    units first: a worker takes the next unit as its own run out, so the longest-first order
+    """xdist's per-module scheduling, with the smoke root's modules as one unit and the Flink
+    modules as another, the longest units first: a worker takes the next unit as its own run out, so the longest-first order
     leaves only short units for the end."""
     from xdist.scheduler import LoadScopeScheduling
 
@@ -135,7 +139,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             module = os.path.splitext(os.path.basename(path))[0]
-            return "the smoke root" if module in SMOKE_ROOT_MODULES else path
+            if module in SMOKE_ROOT_MODULES:
+                return "the smoke root"
+            return "the Flink modules" if module in FLINK_MODULES else path
 
         def _assign_work_unit(self, node) -> None:
             for scope in reversed(LONGEST_FIRST):

@@ -49,7 +49,8 @@ def _sdk_workers() -> list[int]:
 
 def _engine_processes(root: str) -> list[int]:
     """The job server of a run under `root` (its artifacts directory is there), and any
-    worker pool or SDK worker (the tests of this module run one at a time)."""
+    worker pool or SDK worker (the tests of this module run one at a time, and never beside
+    test_flink_cluster.py's: tests/conftest.py, FLINK_MODULES)."""
     return (_processes(flink.LAUNCHER_JAR, root) + _processes("-m", "engines.worker_pool")
             + _sdk_workers())
 

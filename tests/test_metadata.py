@@ -115,7 +115,7 @@ def test_runs_newest_first_with_executed_cached_and_interrupted_components(capsy
     lines = table.splitlines()
     assert status == 0
     assert lines[0].split() == ["RUN", "STATUS", "STARTED", "SECONDS", "BEAM", "ENGINE",
-                                "COMPONENT", "STATE", "SECONDS"]
+                                "SPANS", "COMPONENT", "STATE", "SECONDS"]
     assert lines[1].split()[:2] == [run_ids["rerun"], "complete"]
     assert lines[1].split()[-3:-1] == ["FraTxtExampleGen", "cached"]
     assert lines[1][lines[0].index("BEAM ENGINE"):].startswith("direct (in memory)")
