@@ -153,9 +153,9 @@ def test_the_cluster_gives_the_directrunners_outputs_despite_the_lost_taskmanage
 
 def test_kubeflow_flink_tasks_run_on_the_cluster_with_the_launcher(cluster, fra_sample,
                                                                    tmp_path):
-    """`nmt kubeflow compile --beam-runner flink --flink-master`, its ExampleGen task run by
-    tests/kfp_launcher.py (every Beam task of the spec starts its job the same way; one keeps
-    the suite's time down). Substituted, as the image provides them: the image's job-server launcher path by this venv's (flink.LAUNCHER_JAR), and the
+    """`nmt kubeflow compile --beam-runner flink --flink-master`, its ExampleGen and
+    StatisticsGen tasks run by tests/kfp_launcher.py. Substituted, as the image provides
+    them: the image's job-server launcher path by this venv's (flink.LAUNCHER_JAR), and the
     image's JDK_JAVA_OPTIONS (Java 17's flags) for the job server Beam's FlinkRunner starts."""
     from kfp_launcher import LocalPipelineRun, read_spec
 
@@ -172,13 +172,13 @@ def test_kubeflow_flink_tasks_run_on_the_cluster_with_the_launcher(cluster, fra_
     before = {job["jid"] for job in flink_jobs.rest(cluster.master, "/jobs/overview")["jobs"]}
     tasks = LocalPipelineRun(read_spec(spec_path), root, {},
                              env={"JDK_JAVA_OPTIONS": flink.java_options()}
-                             ).run(only="FraTxtExampleGen")
-    assert tasks["FraTxtExampleGen"].state == "executed"
+                             ).run(only="StatisticsGen")
+    assert tasks["StatisticsGen"].state == "executed"
     ran = [job for job in flink_jobs.rest(cluster.master, "/jobs/overview")["jobs"]
            if job["jid"] not in before]
-    assert [job["state"] for job in ran] == ["FINISHED"], ran
-    examples = tasks["FraTxtExampleGen"].artifact("examples").uri
-    assert os.listdir(os.path.join(examples, "Split-train"))
+    assert sorted(job["state"] for job in ran) == ["FINISHED", "FINISHED"], ran
+    stats = tasks["StatisticsGen"].artifact("statistics").uri
+    assert os.path.exists(os.path.join(stats, "Split-train", "FeatureStats.pb"))
 
 
 def test_no_taskmanager_left_fails_naming_the_component_and_a_rerun_completes(
