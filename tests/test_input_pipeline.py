@@ -63,6 +63,22 @@ def test_workers_read_disjoint_files_whose_union_is_the_split(split, workers, ca
     assert "wrote" not in caplog.text  # no fallback warning
 
 
+def test_a_restarted_jobs_temporary_directory_is_not_read(split):
+    """Flink restarting Transform's job after a lost TaskManager can leave the killed
+    attempt's `beam-temp-*` directory inside Split-train; the Trainer reads the files only."""
+    pattern, output = split
+    files = input_pipeline.match_files(pattern)
+    stray = os.path.join(os.path.dirname(pattern), "beam-temp-transformed_examples-0123")
+    os.makedirs(stray)
+    try:
+        open(os.path.join(stray, "part"), "wb").close()
+        assert input_pipeline.match_files(pattern) == files
+        assert sum(_pairs(input_pipeline.read_pairs(pattern, output, HPARAMS)).values()) > 500
+    finally:
+        os.remove(os.path.join(stray, "part"))
+        os.rmdir(stray)
+
+
 def test_fewer_files_than_workers_still_splits_the_examples(split, caplog):
     pattern, output = split
     workers = FILES + 1

@@ -48,9 +48,14 @@ Pair = tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]  # ((source, target_in), ta
 
 
 def match_files(file_pattern: str | Sequence[str]) -> list[str]:
-    """The sorted files of one or more patterns; an error names the patterns if none match."""
+    """The sorted files of one or more patterns; an error names the patterns if none match.
+
+    Directories are skipped: a Beam job that a runner restarted (Flink after a lost
+    TaskManager) can leave its killed attempt's `beam-temp-*` directory beside the files.
+    """
     patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
-    files = sorted(f for pattern in patterns for f in tf.io.gfile.glob(pattern))
+    files = sorted(f for pattern in patterns for f in tf.io.gfile.glob(pattern)
+                   if not tf.io.gfile.isdir(f))
     if not files:
         raise FileNotFoundError(f"No transformed examples match {file_pattern!r}.")
     return files
