@@ -1,0 +1,196 @@
+"""Does a schedule of warm-started runs lose anything, and what does each run add? Chains of
+`nmt run --warm-start` against runs from scratch, scored on the dev set (issue #65).
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.warm_chain --data $FRA_TXT \\
+        --dev ../shared/data/tatoeba-dev/tatoeba-test-v2021-08-07.unseen \\
+        --work /work/chain --output warm_chain_avx2.json [--arm chain_3x10 --arm chain_2x30]
+
+Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --work):
+  chain_3x10  three runs of 1 unit, each warm-started from the one before
+  chain_2x30  two runs of 3 units; its first run is "fresh 30", the second continues it
+  fresh_60    one run of 6 units from scratch
+  spans       fra.txt cut into two spans by a hash of the English sentence: a run of 3 units
+              on span 1, then one of 3 units warm-started on span 2 alone, against a run of
+              6 units from scratch on both spans (`--spans 2`)
+Every run is the product's `nmt run --warm-start --train-minutes M` (the first of a chain
+finds nothing served and trains from scratch), with `--min-bleu 0`: the chain measures
+training, and a short run below the cpu profile's gate would push nothing to continue. Each
+run's pushed model is decoded greedily on the dev set as `nmt translate` does, and the
+comparisons are paired bootstraps (`paired.py`). A finished run is kept in its arm's
+`state.json` and not run again, so arms can be added later; a comparison whose two arms ran
+on different machines is left out. Alone on the machine, from a worktree of its own.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import zlib
+
+from benchmarks import results
+from benchmarks.gap import bleu_statistics
+from benchmarks.paired import paired_bootstrap, read_lines
+
+SERVING = os.path.join("serving", "nmt-fra-eng")
+ARMS = ("chain_3x10", "chain_2x30", "fresh_60", "spans")
+# (arm, run index) pairs compared: candidate against baseline.
+COMPARISONS = (
+    ("chain of 3 x 1 unit against 3 units from scratch", ("chain_3x10", 2), ("chain_2x30", 0)),
+    ("chain of 2 x 3 units against 3 units from scratch", ("chain_2x30", 1), ("chain_2x30", 0)),
+    ("chain of 2 x 3 units against 6 units from scratch", ("chain_2x30", 1), ("fresh_60", 0)),
+    ("3 units on span 1 then 3 warm on span 2, against 6 units from scratch on both",
+     ("spans", 1), ("spans", 2)),
+)
+
+
+def runs_of(arm: str, unit: float, work: str) -> list[dict]:
+    """The runs of an arm, in order: minutes, data, extra flags, pipeline root."""
+    root = os.path.join(work, arm)
+    if arm == "chain_3x10":
+        return [{"minutes": unit, "root": root}] * 3
+    if arm == "chain_2x30":
+        return [{"minutes": 3 * unit, "root": root}] * 2
+    if arm == "fresh_60":
+        return [{"minutes": 6 * unit, "root": root}]
+    spans = os.path.join(work, "spans_data", "fra-{SPAN}.txt")
+    return [{"minutes": 3 * unit, "root": root, "data": spans, "spans_present": 1},
+            {"minutes": 3 * unit, "root": root, "data": spans, "spans_present": 2},
+            {"minutes": 6 * unit, "root": root + "_both", "data": spans, "spans_present": 2,
+             "flags": ["--spans", "2"]}]
+
+
+def write_spans(fra_txt: str, directory: str, present: int) -> None:
+    """fra.txt's lines as span files 1..present, the span of a line chosen by a hash of its
+    English sentence (all references of a sentence in one span)."""
+    os.makedirs(directory, exist_ok=True)
+    with open(fra_txt, encoding="utf-8", newline="") as f:
+        lines = f.readlines()
+    for span in range(1, present + 1):
+        path = os.path.join(directory, f"fra-{span}.txt")
+        if not os.path.exists(path):
+            with open(path + ".tmp", "w", encoding="utf-8", newline="") as out:
+                out.writelines(line for line in lines if
+                               zlib.crc32(line.split("\t", 1)[0].encode("utf-8")) % 2 == span - 1)
+            os.replace(path + ".tmp", path)
+
+
+def newest_version(root: str) -> str | None:
+    serving = os.path.join(root, SERVING)
+    versions = sorted((int(v) for v in os.listdir(serving) if v.isdigit()), reverse=True) \
+        if os.path.isdir(serving) else []
+    return os.path.join(serving, str(versions[0])) if versions else None
+
+
+def train(run: dict, fra_txt: str) -> dict:
+    """One `nmt run`; returns the pushed model's path, wall minutes and training record."""
+    from trainer_module.warm_start import read_record  # TensorFlow: only when training
+    data = run.get("data", fra_txt)
+    if "spans_present" in run:
+        write_spans(fra_txt, os.path.dirname(run["data"]), run["spans_present"])
+    before = newest_version(run["root"])
+    command = [os.path.join(os.path.dirname(sys.executable), "nmt"), "run", "--data", data,
+               "--pipeline-root", run["root"], "--warm-start", "--train-minutes",
+               f"{run['minutes']:g}", "--min-bleu", "0", *run.get("flags", [])]
+    print("$ " + " ".join(command), flush=True)
+    started = time.monotonic()
+    subprocess.run(command, check=True)
+    model = newest_version(run["root"])
+    if model is None or model == before:
+        raise SystemExit(f"{' '.join(command)} pushed no model: see its log above.")
+    record = read_record(model)
+    return {"model": model, "run_minutes": round((time.monotonic() - started) / 60, 2),
+            "train_steps": record.train_steps, "total_train_steps": record.total_train_steps,
+            "model_shape": {k: record.hparams[k] for k in ("num_layers", "d_model", "dff")}}
+
+
+def dev_scores(model: str, sources: list[str], references: list[str]) -> dict:
+    """Greedy dev-set BLEU/chrF as `nmt translate` decodes, and the hypotheses."""
+    from inference import evaluate as evaluate_lib, translate as translate_lib
+    hypotheses = translate_lib.translate(sources, model, None)
+    scores = evaluate_lib.score(hypotheses, [references])
+    return {"dev_bleu": scores["bleu"], "dev_chrf": scores["chrf"], "hypotheses": hypotheses}
+
+
+def run_arm(arm: str, args: argparse.Namespace, sources: list[str],
+            references: list[str]) -> dict:
+    """Runs what the arm's state.json lacks; returns the state."""
+    path = os.path.join(args.work, arm + ".json")
+    state = {"runs": []}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    planned = runs_of(arm, args.unit, args.work)
+    for index in range(len(state["runs"]), len(planned)):
+        run = planned[index]
+        print(f"{arm}: run {index + 1} of {len(planned)}, {run['minutes']:g} minutes",
+              flush=True)
+        done = {"minutes": run["minutes"], **train(run, args.data), "machine": results.machine(),
+                "commit": results.commit()}
+        done.update(dev_scores(done["model"], sources, references))
+        print(f"{arm}: run {index + 1}: {done['train_steps']:,} steps "
+              f"({done['total_train_steps']:,} in all), dev BLEU {done['dev_bleu']:.2f}",
+              flush=True)
+        state["runs"].append(done)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(state, f, ensure_ascii=False, indent=1)
+        os.replace(path + ".tmp", path)
+    return state
+
+
+def compare(arms: dict[str, dict], references: list[str]) -> list[dict]:
+    """The paired bootstraps of COMPARISONS whose runs exist and ran on one machine."""
+    rows = []
+    for name, (arm_a, run_a), (arm_b, run_b) in COMPARISONS:
+        try:
+            candidate, baseline = arms[arm_a]["runs"][run_a], arms[arm_b]["runs"][run_b]
+        except (KeyError, IndexError):
+            continue
+        if candidate["machine"] != baseline["machine"]:
+            continue
+        refs = [[r] for r in references]
+        rows.append({"comparison": name, "candidate": f"{arm_a} run {run_a + 1}",
+                     "baseline": f"{arm_b} run {run_b + 1}",
+                     **paired_bootstrap(bleu_statistics(baseline["hypotheses"], refs),
+                                        bleu_statistics(candidate["hypotheses"], refs))})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="fra.txt")
+    parser.add_argument("--dev", required=True, help="the dev set's path without .eng/.fra")
+    parser.add_argument("--work", required=True, help="pipeline roots and per-arm state")
+    parser.add_argument("--arm", action="append", choices=ARMS,
+                        help="run this arm (repeatable; default: all, in the order listed)")
+    parser.add_argument("--unit", type=float, default=10.0, help="minutes of the shortest run")
+    parser.add_argument("--output", required=True, help="result file (a bare name: in "
+                                                        "benchmarks/results/)")
+    args = parser.parse_args(argv)
+    sources, references = read_lines(args.dev + ".eng"), read_lines(args.dev + ".fra")
+    os.makedirs(args.work, exist_ok=True)
+    for arm in args.arm or ARMS:
+        run_arm(arm, args, sources, references)
+    arms = {}
+    for arm in ARMS:  # every arm measured so far, this sitting's or an earlier one's
+        path = os.path.join(args.work, arm + ".json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                arms[arm] = json.load(f)
+    comparisons = compare(arms, references)
+    for arm in arms.values():
+        for run in arm["runs"]:
+            run.pop("hypotheses")
+    results.write(args.output, "chains of warm-started `nmt run --warm-start` runs against "
+                  "runs from scratch (cpu profile, time budgets in minutes): each run's steps "
+                  "and greedy dev-set BLEU/chrF, and paired bootstraps of the chains' last "
+                  "models against the runs from scratch",
+                  {"unit_minutes": args.unit, "dev": args.dev, "arms": arms,
+                   "comparisons": comparisons})
+
+
+if __name__ == "__main__":
+    main()
