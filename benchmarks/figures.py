@@ -239,6 +239,13 @@ LONG_CELLS = ("{item[name]}", "{item[bleu_over_30_words]:.2f}", "{item[chrf_over
               "{item[warned_lines]}", _against_first, _machine, "{commit}", _source)
 
 
+def _chain_runs(record: dict) -> list[dict]:
+    """A warm_chain.py result's runs, arm by arm, each with its arm and number."""
+    return [{"arm": arm, "run": number, **run}
+            for arm, state in record["figures"]["arms"].items()
+            for number, run in enumerate(state["runs"], 1)]
+
+
 def _history_link(record: dict) -> str:
     """A link to the history section of a decision, named by its heading's first words."""
     section = record["item"]["section"]
@@ -584,6 +591,21 @@ TABLES = (
                                  DEFAULT_BUDGET.before)]),)),
     Table("long-sentences", LONG_COLUMNS,
           (Row("long_sentences_*.json", LONG_CELLS, items=_named_models),)),
+    Table("warm-chain-runs", ("arm", "run", "budget min", "its steps", "steps in all",
+                              "dev BLEU", "dev chrF", "machine", "commit", "result file"),
+          (Row("warm_chain_*.json", (
+              "{item[arm]}", "{item[run]}", "{item[minutes]:g}", "{item[train_steps]:,}",
+              "{item[total_train_steps]:,}", "{item[dev_bleu]:.2f}", "{item[dev_chrf]:.2f}",
+              _machine, "{item[commit]}", _source), items=_chain_runs),)),
+    Table("warm-chain", ("comparison", "candidate", "baseline", "dev BLEU: candidate / "
+                         "baseline", "difference", "bootstrap sd", "not better in",
+                         "result file"),
+          (Row("warm_chain_*.json", (
+              "{item[comparison]}", "{item[candidate]}", "{item[baseline]}",
+              "{item[candidate_bleu]:.2f} / {item[baseline_bleu]:.2f}",
+              "{item[difference]:+.2f}", "{item[bootstrap_std]:.2f}",
+              lambda r: f"{100 * r['item']['p_not_better']:.1f} % of resamples", _source),
+              items=lambda r: r["figures"]["comparisons"]),)),
 )
 
 
