@@ -122,6 +122,17 @@ def test_span_numbers_and_the_newest_are_tfxs(tmp_path):
         tmp_path / PATTERN)  # fewer spans than asked for: all of them
 
 
+def test_older_spans_come_first_whatever_their_names_sort_as(tmp_path):
+    """A sentence's references are kept in this order: span 9's before span 10's."""
+    paths = [str(tmp_path / name) for name in ("fra-10.txt", "fra-9.txt", "fra-11.txt")]
+    assert spans.in_span_order(str(tmp_path / PATTERN), paths) == [
+        str(tmp_path / name) for name in ("fra-9.txt", "fra-10.txt", "fra-11.txt")]
+    padded = [str(tmp_path / f"fra-{span:03d}.{part}.txt") for span, part in
+              ((2, "b"), (10, "a"), (2, "a"))]
+    assert spans.in_span_order(str(tmp_path / "fra-{SPAN:3}.*.txt"), padded) == [
+        padded[2], padded[0], padded[1]]
+
+
 # --- Runs: the newest span, a new one, an unchanged one -----------------------------------------
 
 @pytest.fixture(scope="module")

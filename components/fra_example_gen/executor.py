@@ -156,13 +156,13 @@ def _FraTxtToExample(pipeline: beam.Pipeline, exec_properties: dict[str, Any],
     files = exec_properties.get(_FILES_KEY) or source.match_files(os.path.join(
         exec_properties[standard_component_specs.INPUT_BASE_KEY], split_pattern))
     source.check_files(files, split_pattern)
-    # A sentence's references keep the files' order: by path, and older spans' first (span 9's
-    # before span 10's, which sorts first by path).
+    # A sentence's references keep the files' order: by path, and older spans' first.
     span_pattern = exec_properties.get(SPAN_PATTERN_KEY)
-    span_of = {path: span for span, paths in spans.find_spans(os.path.join(
-        exec_properties[standard_component_specs.INPUT_BASE_KEY], span_pattern),
-        [m.path for m in files]).items() for path in paths} if span_pattern else {}
-    files = sorted(files, key=lambda m: (span_of.get(m.path, 0), m.path))
+    if span_pattern:
+        by_path = {m.path: m for m in files}
+        files = [by_path[path] for path in spans.in_span_order(os.path.join(
+            exec_properties[standard_component_specs.INPUT_BASE_KEY], span_pattern),
+            list(by_path))]
     # Parsed and keyed as they are read; the parse report comes once per range.
     read = pipeline | "ReadPairs" >> source.ReadPairs(files, max_line_bytes, range_bytes)
     grouped, duplicates = (read.pairs

@@ -101,6 +101,15 @@ def find_spans(pattern: str, paths: Iterable[str]) -> dict[int, list[str]]:
     return found
 
 
+def in_span_order(pattern: str, paths: Iterable[str]) -> list[str]:
+    """`paths` oldest span first, by path within a span: the order in which a sentence's
+    references are kept (span 9's before span 10's, although "fra-10" sorts first)."""
+    paths = list(paths)
+    span_of = {path: span for span, found in find_spans(pattern, paths).items()
+               for path in found}
+    return sorted(paths, key=lambda path: (span_of[path], path))
+
+
 def newest(found: Iterable[int], count: int, latest: int | None = None) -> list[int]:
     """The newest `count` span numbers (fewer if there are not as many), oldest first; only
     those up to `latest` if given (the span TFX's driver resolved)."""
