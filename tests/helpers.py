@@ -192,10 +192,13 @@ def nmt_translate(root: str, *args: str, stdin: bytes | None = None):
 def split_records(examples_uri: str) -> dict[str, list[bytes]]:
     """Each split's serialized records, sorted: what ExampleGen promises is the same records in
     the same split, not their order. TFX's WriteSplit reshuffles before writing, and even the
-    in-memory DirectRunner once moved 99 of 1,950 records (a CI run at 6bcf403)."""
+    in-memory DirectRunner once moved 99 of 1,950 records (a CI run at 6bcf403). Files only:
+    Transform's job restarted by Flink leaves its killed attempt's `beam-temp-*` directory."""
+    from components.fra_example_gen.executor import split_files  # Beam: only when needed
+
     return {split: sorted(r.numpy() for r in tf.data.TFRecordDataset(
-        tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")),
-        compression_type="GZIP")) for split in ("train", "eval", "test")}
+        split_files(examples_uri, split), compression_type="GZIP"))
+        for split in ("train", "eval", "test")}
 
 
 def make_model_dir(path, graph: bytes = b"graph", extra_variables: int = 0) -> str:

@@ -105,6 +105,24 @@ def tfx_split(english: str, buckets: tuple[int, ...]) -> str:
         list(itertools.accumulate(buckets)), bucket % sum(buckets))]
 
 
+def test_a_restarted_jobs_leftover_write_is_removed(tmp_path, caplog):
+    """Flink restarting ExampleGen's job after a lost TaskManager leaves the killed attempt's
+    `beam-temp-*` directory inside a split, where StatisticsGen, Transform and the Evaluator
+    read `Split-*/*`: the executor removes it once its own write has committed."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "fra.txt").write_bytes(pairs_text(50))
+    leftover = tmp_path / "examples" / "Split-train" / "beam-temp-data_tfrecord-0123"
+    leftover.mkdir(parents=True)
+    (leftover / "part").write_bytes(b"half written")
+    with caplog.at_level("INFO"):
+        _, uri = run_executor(tmp_path, str(tmp_path / "in"), "fra.txt")
+    assert not leftover.exists()
+    assert f"Removed {leftover}: a restarted Beam job's unfinished write." in caplog.text
+    assert len(produced(uri)) == 50
+    assert all(not os.path.isdir(f) for split in ("train", "eval", "test")
+               for f in executor.split_files(uri, split))
+
+
 def test_a_split_finer_than_whole_percent_routes_by_its_buckets(tmp_path):
     """99.8/0.1/0.1 is 998/1/1 buckets: a few eval and test sentences (found by TFX's own
     hash) among train ones land where those buckets say."""

@@ -60,10 +60,31 @@ def _input_patterns(exec_properties: dict[str, Any]) -> tuple[str, list[str]]:
         for span in spans.parse_spans(exec_properties[SPANS_KEY])]
 
 
+def split_files(examples_uri: str, split: str) -> list[str]:
+    """The record files of one split, sorted (directories, such as a restarted job's
+    `beam-temp-*`, left out)."""
+    return sorted(path for path in tf.io.gfile.glob(
+        os.path.join(examples_uri, f"Split-{split}", "*")) if not tf.io.gfile.isdir(path))
+
+
+def remove_beam_temp(examples_uri: str) -> list[str]:
+    """Removes the `beam-temp-*` directories inside the splits and returns them.
+
+    Beam writes each split through a temporary directory beside its files and removes it when
+    the write commits. A job that a runner restarted (Flink after a lost TaskManager) leaves
+    the killed attempt's directory behind, and the next components read `Split-*/*`.
+    """
+    leftovers = sorted(path for path in tf.io.gfile.glob(
+        os.path.join(examples_uri, "Split-*", "beam-temp-*")) if tf.io.gfile.isdir(path))
+    for path in leftovers:
+        tf.io.gfile.rmtree(path)
+    return leftovers
+
+
 def read_split(examples_uri: str, split: str) -> list[tuple[str, list[str]]]:
     """(English, all French references) of every example of one split, in file order: the
     inverse of `to_example`, for the tests, the benchmarks and the run report."""
-    files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
+    files = split_files(examples_uri, split)
     rows = []
     for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
         feature = tf.train.Example.FromString(record.numpy()).features.feature
@@ -199,6 +220,8 @@ class Executor(BaseExampleGenExecutor):
         super().Do(input_dict, output_dict, {**exec_properties, _REPORT_PATH_KEY: report_path,
                                              _FILES_KEY: files})
 
+        for leftover in remove_beam_temp(examples.uri):
+            _LOG.info("Removed %s: a restarted Beam job's unfinished write.", leftover)
         with tf.io.gfile.GFile(report_path) as f:
             report = json.load(f)
         # The driver hashed every file for the cache key this very run: reuse its digests.
