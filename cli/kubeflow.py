@@ -303,7 +303,7 @@ def _package_path(args: argparse.Namespace) -> Iterator[str]:
 
 def _caching(spec: pipeline_spec_pb2.PipelineSpec) -> str:
     """What a run may take from the cache, in one sentence for the compile output."""
-    from runners.kubeflow_runner import EXAMPLE_GEN_ID, SERVED_MODEL_ID
+    from runners.kubeflow_runner import EXAMPLE_GEN_ID, SERVED_MODEL_ID, TRANSFORM_ID
 
     tasks = spec.root.dag.tasks
     uncached = {name for name, task in tasks.items()  # resolver tasks have no caching options
@@ -322,9 +322,11 @@ def _caching(spec: pipeline_spec_pb2.PipelineSpec) -> str:
     cached = sorted(set(tasks) - rerun)
     warm = ""
     if SERVED_MODEL_ID in uncached:
-        trained = sorted(downstream({SERVED_MODEL_ID}) - {SERVED_MODEL_ID})
-        warm = (f"; {SERVED_MODEL_ID} runs every time too (a warm start takes the model served "
-                f"when it runs), so {', '.join(trained)} run again")
+        warm_tasks = {SERVED_MODEL_ID, TRANSFORM_ID}
+        trained = sorted(downstream(warm_tasks) - warm_tasks)
+        warm = (f"; {SERVED_MODEL_ID} and {TRANSFORM_ID} run every time too (a warm start takes "
+                f"the model served when they run, its weights and its vocabulary), so "
+                f"{', '.join(trained)} run again")
     if EXAMPLE_GEN_ID not in uncached:
         return ("caching: every task may be cached; FraTxtExampleGen's cache key includes the "
                 "fingerprint of fra.txt (its driver runs before the cache check), so a changed "

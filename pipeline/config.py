@@ -102,6 +102,16 @@ class PipelineConfig:
         return os.path.join(self.pipeline_root, "serving", self.pipeline_name)
 
     @property
+    def served_vocabulary(self) -> str:
+        """Where a warm start's Transform finds the vocabulary it keeps: the base version's
+        directory, so that Transform's cache key names it; the serving directory (its newest
+        version when Transform runs) when the version is taken at run time (0: on Kubeflow,
+        or nothing served yet)."""
+        if self.warm_start_version:
+            return os.path.join(self.serving_dir, str(self.warm_start_version))
+        return self.serving_dir
+
+    @property
     def vocabulary_settings(self) -> dict[str, Any]:
         """Transform's settings that decide the vocabulary and what its ids mean: a served
         model's vocabulary is kept only by a run with the same ones (pipeline/warm_start.py)."""
@@ -138,7 +148,7 @@ def pipeline_arguments(config: PipelineConfig) -> dict[str, Any]:
         max_references=config.max_references,
         newest_spans=config.newest_spans,
         transform_config={**config.vocabulary_settings,
-                          **({"served_vocabulary": config.serving_dir}
+                          **({"served_vocabulary": config.served_vocabulary}
                              if config.warm_start else {}),
                           "code_version": code_version(TRANSFORM_MODULE)},
         train_args=trainer_pb2.TrainArgs(num_steps=config.train_steps or 0),  # 0: the profile's

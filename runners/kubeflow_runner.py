@@ -29,6 +29,7 @@ ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.
 IMAGE_SCHEMA_FILE = "/pipeline/schema.pbtxt"
 TRAINER_ID = "Trainer"
 EXAMPLE_GEN_ID = "FraTxtExampleGen"
+TRANSFORM_ID = "Transform"
 SERVED_MODEL_ID = "ServedModel"  # a warm start's base: the newest served version when it runs
 # The Kubernetes resource name KFP puts in the pod's limits; Vertex AI wants e.g. NVIDIA_TESLA_T4.
 DEFAULT_GPU_TYPE = "nvidia.com/gpu"
@@ -209,8 +210,9 @@ def _complete(spec: pipeline_spec_pb2.PipelineSpec, pipeline_root: str,
     run, and KFP's cache keys downstream name their input artifacts: everything after it runs
     again too, and ImportSchemaGen alone stays cached.
 
-    A warm start's ServedModel is never cached on either backend: it has no inputs and the
-    same parameters every run, but it must take the version served when it runs.
+    A warm start's ServedModel and Transform are never cached on either backend: they have
+    the same inputs and parameters every run, but they must take the version served when they
+    run, its weights and its vocabulary.
     """
     spec.default_pipeline_root = pipeline_root
     for parameter in parameters:
@@ -220,7 +222,8 @@ def _complete(spec: pipeline_spec_pb2.PipelineSpec, pipeline_root: str,
     if backend == "kfp":
         spec.root.dag.tasks[EXAMPLE_GEN_ID].caching_options.enable_cache = False
     if SERVED_MODEL_ID in spec.root.dag.tasks:
-        spec.root.dag.tasks[SERVED_MODEL_ID].caching_options.enable_cache = False
+        for task in (SERVED_MODEL_ID, TRANSFORM_ID):
+            spec.root.dag.tasks[task].caching_options.enable_cache = False
 
 
 def compile_pipeline(config: PipelineConfig, image: str, output_path: str,

@@ -205,11 +205,14 @@ def test_warm_start_compiles_a_served_model_task_that_is_never_cached(tmp_path, 
         assert nmt_kubeflow("compile", *COMPILE_FLAGS, "--backend", backend, "--warm-start",
                             "--output", path) == 0
         out = capsys.readouterr().out
-        assert "ServedModel runs every time too (a warm start takes the model served when it " \
-               "runs), so AtomicPusher, Evaluator, Trainer run again" in out
+        assert "ServedModel and Transform run every time too (a warm start takes the model " \
+               "served when they run, its weights and its vocabulary), so AtomicPusher, " \
+               "Evaluator, Trainer run again" in out
         warm = read_spec(path)
         tasks = warm.root.dag.tasks
         assert not tasks["ServedModel"].caching_options.enable_cache
+        assert not tasks["Transform"].caching_options.enable_cache
+        assert tasks["StatisticsGen"].caching_options.enable_cache
         assert "ServedModel" in tasks["Trainer"].dependent_tasks
         assert tasks["Trainer"].inputs.artifacts["base_model"].task_output_artifact \
             .producer_task == "ServedModel"

@@ -22,7 +22,7 @@ from trainer_module import warm_start as training
 from trainer_module.optimization import learning_rate_schedule, peak_learning_rate
 from trainer_module.settings import HISTORY_FILE
 from transform_module.preprocessing import analyze_in_memory
-from transform_module.sentencepiece import newest_served_assets
+from transform_module.sentencepiece import served_assets
 from transform_module.tokens import DEFAULT_VOCAB_SIZE
 
 FIRST_STEPS, SECOND_STEPS = 20, 20  # one checkpoint each (the smoke profile's every 20)
@@ -93,7 +93,7 @@ def test_nothing_served_trains_from_scratch(tmp_path, caplog):
     # the first model of a chain: ServedModel finds nothing, Transform learns a vocabulary
     assert (planned.warm_start, planned.warm_start_version) == (True, 0)
     assert "nothing is served under" in caplog.text and "from scratch" in caplog.text
-    assert newest_served_assets(config.serving_dir) is None
+    assert served_assets(config.serving_dir) is None
 
 
 def test_the_newest_version_is_continued_and_transform_finds_its_vocabulary(tmp_path, caplog):
@@ -105,11 +105,13 @@ def test_the_newest_version_is_continued_and_transform_finds_its_vocabulary(tmp_
     planned = warm_start.plan(config, fresh_if_incompatible=False)
     assert (planned.warm_start, planned.warm_start_version) == (True, 200)
     assert "continues from served version 200 (140 training steps behind it)" in caplog.text
-    assert newest_served_assets(config.serving_dir) == os.path.join(config.serving_dir, "200",
-                                                                    "assets")
-    # what Transform is told: the serving directory, the same for every model of a chain
-    assert pipeline_arguments(planned)["transform_config"]["served_vocabulary"] == \
-        config.serving_dir
+    # on Kubeflow Transform is told the serving directory: the newest version when it runs
+    assert served_assets(config.serving_dir) == os.path.join(config.serving_dir, "200",
+                                                             "assets")
+    # here, the version this run continues: Transform's cache key names it
+    told = pipeline_arguments(planned)["transform_config"]["served_vocabulary"]
+    assert told == os.path.join(config.serving_dir, "200")
+    assert served_assets(told) == os.path.join(config.serving_dir, "200", "assets")
 
 
 @pytest.mark.parametrize("change, says", [

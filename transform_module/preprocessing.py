@@ -23,7 +23,7 @@ from transform_module.tokens import (DEFAULT_FREQUENCY_THRESHOLD, DEFAULT_JOINT_
                                      DEFAULT_WORDPIECE_MAX_WORDS, DEFAULT_WORDPIECE_MIN_COUNT,
                                      END_ID, PAD_ID, START_ID, TOKENIZERS, UNK_ID)
 from transform_module.sentencepiece import (WORD_START, kept_sentencepiece_vocabularies,
-                                            newest_served_assets, sentencepiece_vocabularies)
+                                            served_assets, sentencepiece_vocabularies)
 from transform_module.wordpiece import WORDPIECE_JOINER, wordpiece_vocabularies
 
 # Raw features (from ExampleGen) and transformed features (to the Trainer / TFMA).
@@ -76,8 +76,9 @@ class TransformSettings:
     wordpiece_min_count: int = DEFAULT_WORDPIECE_MIN_COUNT
     wordpiece_max_words: int = DEFAULT_WORDPIECE_MAX_WORDS
     sentencepiece_max_sentences: int = DEFAULT_SENTENCEPIECE_MAX_SENTENCES
-    # A serving directory (a warm start): keep its newest version's SentencePiece vocabulary
-    # instead of learning one, so every id means the same piece; nothing served yet: learn.
+    # A warm start's base (a served version, or a serving directory: its newest version) keep
+    # its SentencePiece vocabulary instead of learning one, so every id means the same piece;
+    # nothing served yet: learn.
     served_vocabulary: str = ""
 
     def __post_init__(self) -> None:
@@ -159,7 +160,7 @@ def _vocabularies(texts: dict[str, list[tf.Tensor | tf.RaggedTensor]],
         return tf.concat([v.flat_values if isinstance(v, tf.RaggedTensor) else v
                           for v in values], axis=0)
 
-    served = settings.served_vocabulary and newest_served_assets(settings.served_vocabulary)
+    served = settings.served_vocabulary and served_assets(settings.served_vocabulary)
     if served:
         return kept_sentencepiece_vocabularies({name: flat(t) for name, t in texts.items()},
                                                served)

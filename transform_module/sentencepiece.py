@@ -49,10 +49,13 @@ def sentencepiece_vocabularies(sentences: dict[str, tf.Tensor], vocab_size: int,
     return {name: (paths[2 * i], paths[2 * i + 1]) for i, name in enumerate(names)}
 
 
-def newest_served_assets(serving_dir: str) -> str | None:
-    """The assets directory of the newest complete version under a serving directory (TF
-    Serving's layout, as components/serving_versions.py reads it: integer names, complete once
-    saved_model.pb is there), or None when nothing is served."""
+def served_assets(served: str) -> str | None:
+    """The assets directory of a served version's directory, or of the newest complete version
+    under a serving directory (TF Serving's layout, as components/serving_versions.py reads it:
+    integer names, complete once saved_model.pb is there); None when nothing is served."""
+    if tf.io.gfile.exists(os.path.join(served, "saved_model.pb")):
+        return os.path.join(served, "assets")
+    serving_dir = served
     versions = [os.path.basename(os.path.dirname(path)) for path in
                 tf.io.gfile.glob(os.path.join(serving_dir, "*", "saved_model.pb"))]
     numbered = [int(version) for version in versions if version.isdigit()]
