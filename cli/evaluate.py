@@ -77,7 +77,7 @@ def print_result(result: dict) -> None:
               f"sentences occur in the model's training data exactly, "
               f"{found['seen_normalized']:,} after normalization ({found['normalization']}); "
               f"model {found['model']}, {found['training_sentences']:,} training sentences "
-              f"in {found['train_split']}.")
+              f"in {', '.join(found['train_splits'])}.")
     rows = [{"part": name, "lines": f"{part['lines']:,}", "bleu": _number(part["bleu"]),
              "chrf": _number(part["chrf"])} for name, part in result["scores"].items()]
     print_table(rows, [("part", ""), ("lines", "LINES"), ("bleu", "BLEU"), ("chrf", "CHRF")])

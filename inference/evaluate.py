@@ -30,7 +30,7 @@ PROGRESS_EVERY_S = 10.0
 class Lineage:
     """What the overlap check compared with, or why it could not."""
     model: int | None = None  # the Model artifact in ML Metadata
-    train_split: str | None = None
+    train_splits: tuple[str, ...] = ()  # newest first: a warm start's base's data too
     missing: str | None = None  # why there is no lineage: then every line is scored as one
 
 
@@ -106,7 +106,7 @@ def write_atomically(path: str, lines: list[str]) -> None:
 
 
 def training_lineage(store_config, model_dir: str) -> Lineage:
-    """The train split of the model in `model_dir`, from an ML Metadata store."""
+    """The train splits of the model in `model_dir`, from an ML Metadata store."""
     from metadata.lineage import training_examples
     from metadata.store import MetadataError, connect
 
@@ -117,15 +117,15 @@ def training_lineage(store_config, model_dir: str) -> Lineage:
     if found is None:
         return Lineage(missing=f"ML Metadata knows no model in {model_dir} (a copied or "
                                "foreign SavedModel?)")
-    return Lineage(model=found["model"], train_split=found["train_split"])
+    return Lineage(model=found["model"], train_splits=tuple(found["train_splits"]))
 
 
-def training_sentences(train_split: str) -> list[str]:
-    """The English sentence of every training example (one per distinct sentence)."""
+def training_sentences(train_splits: tuple[str, ...]) -> list[str]:
+    """The English sentence of every training example of the splits, each once."""
     from components.fra_example_gen.executor import read_split
 
-    examples = os.path.dirname(train_split)
-    return [english for english, _ in read_split(examples, "train")]
+    return list(dict.fromkeys(english for split in train_splits
+                              for english, _ in read_split(os.path.dirname(split), "train")))
 
 
 def evaluate(test_set: EvaluationSet, model_dir: str, beam: int | None, lineage: Lineage,
@@ -134,9 +134,9 @@ def evaluate(test_set: EvaluationSet, model_dir: str, beam: int | None, lineage:
     from inference import translate
 
     checked = None
-    if lineage.train_split:
-        _LOG.info("Reading the model's training sentences (%s).", lineage.train_split)
-        checked = overlap_lib.find(test_set.sources, training_sentences(lineage.train_split))
+    if lineage.train_splits:
+        _LOG.info("Reading the model's training sentences (%s).", ", ".join(lineage.train_splits))
+        checked = overlap_lib.find(test_set.sources, training_sentences(lineage.train_splits))
     _LOG.info("Translating %s sentences with %s.", f"{len(test_set.sources):,}",
               f"beam search (width {beam})" if beam else "greedy decoding")
     progress = Progress(len(test_set.sources))
@@ -153,7 +153,7 @@ def evaluate(test_set: EvaluationSet, model_dir: str, beam: int | None, lineage:
         "scores": score_parts(hypotheses, test_set, checked.seen if checked else None)}
     if checked:
         result["overlap"] = {
-            "model": lineage.model, "train_split": lineage.train_split,
+            "model": lineage.model, "train_splits": list(lineage.train_splits),
             "training_sentences": checked.training_sentences,
             "seen_exactly": sum(checked.exact), "seen_normalized": sum(checked.normalized),
             "normalization": overlap_lib.NORMALIZATION}

@@ -1,5 +1,5 @@
 """Where an artifact came from, back to the input file: `lineage` (a pushed version or an
-artifact id) and `training_examples` (the train split a model directory learned from)."""
+artifact id) and `training_examples` (the train splits a model directory learned from)."""
 from __future__ import annotations
 
 import os
@@ -105,8 +105,9 @@ def _place(directory: str) -> str:
 
 def training_examples(store: mlmd.MetadataStore, model_dir: str) -> dict[str, Any] | None:
     """Where the model in `model_dir` learned from, by its lineage: the Model artifact's id and
-    the train split ExampleGen wrote ({"model", "examples", "train_split"}); None when the
-    store knows no artifact of that directory."""
+    the train splits ExampleGen wrote ({"model", "examples", "train_splits"}, newest first:
+    a warm-started model learned from its base's data too); None when the store knows no
+    artifact of that directory."""
     graph = load_graph(store)
     target = _model_of_directory(graph, model_dir)
     if target is None:
@@ -116,6 +117,6 @@ def training_examples(store: mlmd.MetadataStore, model_dir: str) -> dict[str, An
     examples = [a for a in upstream if a.type == "Examples" and input_file(a)]
     if not models or not examples:
         return None
-    source = max(examples, key=lambda a: a.id)
-    return {"model": max(models), "examples": source.id,
-            "train_split": os.path.join(source.uri, "Split-train")}
+    examples.sort(key=lambda a: a.id, reverse=True)
+    return {"model": max(models), "examples": [a.id for a in examples],
+            "train_splits": [os.path.join(a.uri, "Split-train") for a in examples]}

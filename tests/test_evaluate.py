@@ -88,7 +88,7 @@ def test_the_overlap_check_finds_the_seen_lines_through_lineage(evaluated, test_
     found = result["overlap"]
     assert found["seen_exactly"] == seen_exactly
     assert found["seen_normalized"] == len(seen_lines)
-    assert found["train_split"] == os.path.join(smoke_run.examples_uri, "Split-train")
+    assert found["train_splits"] == [os.path.join(smoke_run.examples_uri, "Split-train")]
     assert found["training_sentences"] == len(read_split(smoke_run.examples_uri, "train"))
     with open(hypotheses, encoding="utf-8") as f:
         hyps = f.read().splitlines()
@@ -106,7 +106,7 @@ def test_a_model_named_by_a_relative_path_is_found_through_lineage(smoke_run, mo
     monkeypatch.chdir(serving_dir(smoke_run.root))
     found = training_examples(open_store(smoke_run.root), smoke_run.pushed_version)
     assert found is not None, "ML Metadata holds absolute paths: the relative one must match"
-    assert found["train_split"] == os.path.join(smoke_run.examples_uri, "Split-train")
+    assert found["train_splits"] == [os.path.join(smoke_run.examples_uri, "Split-train")]
 
 
 def test_progress_shows_an_eta(evaluated):
