@@ -8,6 +8,7 @@ from typing import Any
 import ml_metadata as mlmd
 from ml_metadata.proto import metadata_store_pb2
 
+from components.serving_versions import SERVED_PATH
 from metadata.artifacts import evaluation_metrics, input_file, model_hparams, read_json
 from metadata.graph import Graph, find_run, load_graph
 from metadata.runs import run_records
@@ -54,7 +55,8 @@ def _run_facts(graph: Graph, run: metadata_store_pb2.Context,
     """What a run was made of and what it measured: section -> group -> flat values."""
     outputs = graph.run_outputs(run)
     source = next((f for f in map(input_file, outputs) if f), None)
-    model = _first(outputs, "Model")
+    # the Trainer's model, not a warm start's copy of the served base (ServedModel's output)
+    model = _first([a for a in outputs if SERVED_PATH not in custom_properties(a)], "Model")
     hparams = model_hparams(graph, model) if model else None
     return {
         "components": {"": states},

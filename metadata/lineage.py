@@ -38,8 +38,9 @@ def _lineage_inputs(graph: Graph, artifact_id: int) -> list[int]:
     found = {a for key, a in graph.inputs.get(producer, []) if key not in _NOT_LINEAGE}
     served = custom_properties(graph.artifacts[artifact_id]).get(SERVED_PATH)
     if served:
-        found |= {a.id for a in graph.artifacts.values() if a.type == "PushedModel"
-                  and pushed_properties(graph, a).get("destination") == served}
+        pushed = {a.id: pushed_properties(graph, a).get("destination")
+                  for a in graph.artifacts.values() if a.type == "PushedModel"}
+        found |= {a for a, place in pushed.items() if place and _place(place) == _place(served)}
     return sorted(found, reverse=True)
 
 

@@ -23,7 +23,6 @@ _LOG = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class Base:
     version: int
-    path: str
     record: training.TrainingRecord | None  # None: exported before records existed
 
 
@@ -32,8 +31,7 @@ def newest_base(serving_dir: str) -> Base | None:
     versions = pushed_versions(serving_dir)
     if not versions:
         return None
-    path = os.path.join(serving_dir, str(versions[-1]))
-    return Base(versions[-1], path, training.read_record(path))
+    return Base(versions[-1], training.read_record(os.path.join(serving_dir, str(versions[-1]))))
 
 
 def why_not(base: Base, config: PipelineConfig) -> str | None:

@@ -14,6 +14,8 @@ import pytest
 import tensorflow as tf
 
 from helpers import last_line, latest_artifact, open_store, run_nmt, smoke_args, versions
+from metadata.diff import diff_runs
+from metadata.runs import list_runs
 from pipeline import warm_start
 from pipeline.config import PipelineConfig, pipeline_arguments
 from trainer_module import hparams as hparams_lib
@@ -253,6 +255,16 @@ def test_lineage_and_models_show_the_chain_and_its_total_steps(chain):
                                 "--json").stdout)
     assert [(m["total_train_steps"], m["pushed_version"]) for m in models] == [
         (FIRST_STEPS + SECOND_STEPS, None), (FIRST_STEPS, chain.version)]
+
+
+def test_diff_compares_the_trainers_hyperparameters_not_the_bases_copy(chain):
+    """The second run's outputs hold two Models: ServedModel's copy of the base (no
+    hyperparameters of its own) and the Trainer's."""
+    store = open_store(chain.root)
+    second, first = (run["run"] for run in list_runs(store))
+    changes = diff_runs(store, first, second)["changes"]
+    assert {"section": "hyperparameters", "key": "train_steps", "a": FIRST_STEPS,
+            "b": SECOND_STEPS} in changes
 
 
 def test_another_vocabulary_size_fails_before_anything_runs(chain, fra_sample):

@@ -25,9 +25,10 @@ _VARIABLE_KEY = "model_variables/{}/.ATTRIBUTES/VARIABLE_VALUE"  # export.Transl
 ARCHITECTURE = ("num_layers", "num_decoder_layers", "d_model", "num_heads", "dff",
                 "tie_output_to_embedding", "positions", "source_vocab_size",
                 "target_vocab_size", "shared_embeddings")
-# What a warm-started run decides anew: its own length, its precision on this machine.
+# What a warm-started run decides anew: its own length, and what depends on the machine it
+# runs on (precision, XLA, memory for the cache, checkpoints).
 _DECIDED_PER_RUN = ("train_steps", "train_minutes", "adapt_recipe", "precision",
-                    "checkpoint_every")
+                    "checkpoint_every", "use_xla", "cache_megabytes", "keep_checkpoints")
 
 
 # Transform's settings that decide a SentencePiece vocabulary's pieces and what its ids mean.
@@ -87,8 +88,9 @@ def tokenization_changes(theirs: dict[str, Any], mine: dict[str, Any]) -> list[s
 
 def continued_hparams(base: TrainingRecord, run: hparams_lib.HParams,
                       overrides: dict[str, Any]) -> hparams_lib.HParams:
-    """The base's recipe with this run's length and precision, the user's overrides winning,
-    except over the architecture, which the base's weights fix."""
+    """The base's recipe with this run's length and what depends on its machine
+    (`_DECIDED_PER_RUN`), the user's overrides winning, except over the architecture, which
+    the base's weights fix."""
     changed = {name: (base.hparams[name], value) for name, value in overrides.items()
                if name in ARCHITECTURE and base.hparams.get(name) != value}
     if changed:
