@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+from typing import Any
 
 from components.fra_example_gen import parser
 from components.fra_example_gen.splits import parse_split_percentages
@@ -108,10 +109,6 @@ def run_command(args: argparse.Namespace) -> int:
         enable_cache=not args.no_cache, **kwargs)
     if args.fresh_if_incompatible and not args.warm_start:
         raise UsageError("--fresh-if-incompatible goes with --warm-start.")
-    if args.warm_start:
-        from pipeline import warm_start
-
-        config = warm_start.plan(config, args.fresh_if_incompatible)
     engine = contextlib.nullcontext()
     if args.beam_runner == "flink":
         from engines import flink
@@ -119,17 +116,27 @@ def run_command(args: argparse.Namespace) -> int:
         jar = flink.check(args.flink_master)  # no Java, no cluster: before anything is written
         engine = flink.flink_engine(os.path.join(config.pipeline_root, "flink"), jar,
                                     args.flink_master)
-    with run_lock.pipeline_root_lock(config.pipeline_root), engine as started:
-        from components.strict_example_validator import DataValidationError
-        from runners import local_runner
+    with run_lock.pipeline_root_lock(config.pipeline_root):
+        if args.warm_start:  # under the lock: no push of another run between plan and run
+            from pipeline import warm_start
 
-        if started is not None:
-            config = dataclasses.replace(
-                config, beam_pipeline_args=started.beam_args + tuple(args.beam_args or ()))
-        try:
-            local_runner.run(config, args.to_component, flink_engine=started)
-        except (DataValidationError, parser.InputDataError) as err:
-            # Bad data found by the run is a failed run (status 1), not a usage error as
-            # when resolve_data_path finds it before anything starts.
-            raise run_lock.RunError(str(err)) from err
+            config = warm_start.plan(config, args.fresh_if_incompatible)
+        with engine as started:
+            _run(config, args, started)
     return 0
+
+
+def _run(config: config_lib.PipelineConfig, args: argparse.Namespace, started: Any) -> None:
+    """The pipeline through LocalDagRunner, on the Flink engine `started` if not None."""
+    from components.strict_example_validator import DataValidationError
+    from runners import local_runner
+
+    if started is not None:
+        config = dataclasses.replace(
+            config, beam_pipeline_args=started.beam_args + tuple(args.beam_args or ()))
+    try:
+        local_runner.run(config, args.to_component, flink_engine=started)
+    except (DataValidationError, parser.InputDataError) as err:
+        # Bad data found by the run is a failed run (status 1), not a usage error as
+        # when resolve_data_path finds it before anything starts.
+        raise run_lock.RunError(str(err)) from err

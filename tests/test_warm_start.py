@@ -161,8 +161,19 @@ def test_transform_keeps_a_served_sentencepiece_vocabulary_byte_for_byte(tmp_pat
         with open(kept.vocabulary_file_by_name("joint_vocab") + suffix, "rb") as a, \
                 open(vocabulary + suffix, "rb") as b:
             assert a.read() == b.read()
+    pinned = analyze_in_memory(other, {"tokenizer": "sentencepiece", "vocab_size": 40,
+                                       "served_vocabulary": str(serving / "7")})  # nmt run's
+    with open(pinned.vocabulary_file_by_name("joint_vocab"), "rb") as a, \
+            open(vocabulary, "rb") as b:
+        assert a.read() == b.read()
     with pytest.raises(ValueError, match="served_vocabulary"):
         analyze_in_memory(other, {"tokenizer": "word", "served_vocabulary": str(serving)})
+    # a served model without a SentencePiece model file (on Kubeflow nothing checked before)
+    os.remove(assets / "joint_vocab.model")
+    with pytest.raises(ValueError, match=rf"Cannot keep the served vocabulary: {assets} has no "
+                                         r"joint_vocab.model"):
+        analyze_in_memory(other, {"tokenizer": "sentencepiece", "vocab_size": 40,
+                                  "served_vocabulary": str(serving)})
 
 
 def test_the_trainer_refuses_a_base_that_tokenized_otherwise(tmp_path):

@@ -66,8 +66,17 @@ def kept_sentencepiece_vocabularies(sentences: dict[str, tf.Tensor], directory: 
                                     ) -> dict[str, tuple[tf.Tensor, tf.Tensor]]:
     """As `sentencepiece_vocabularies`, but each vocabulary and model is an existing one, the
     files `<directory>/<name>` and `<name>.model` (a served model's, for a warm start: its ids
-    must keep meaning the same pieces), copied unchanged; nothing is learned."""
+    must keep meaning the same pieces), copied unchanged; nothing is learned. A ValueError
+    names a missing file before anything runs (a served model of another tokenizer, or with
+    separate vocabularies: on Kubeflow nothing checked it before Transform)."""
     names = list(sentences)
+    for name in names:
+        for suffix in ("", MODEL_SUFFIX):
+            if not tf.io.gfile.exists(os.path.join(directory, name + suffix)):
+                raise ValueError(
+                    f"Cannot keep the served vocabulary: {directory} has no {name + suffix}, "
+                    "so that model was not trained with this run's SentencePiece settings; "
+                    "train one without --warm-start first.")
     paths = tft.experimental.ptransform_analyzer(
         inputs=[sentences[name] for name in names],
         ptransform=_KeepSentencepiece(names, directory),
@@ -98,12 +107,9 @@ class _KeepSentencepiece(tft_beam.experimental.PTransformAnalyzer):
     def _copy(self, name: str) -> tuple[bytes, bytes]:
         tf.io.gfile.makedirs(self.base_temp_dir)
         path = os.path.join(self.base_temp_dir, name)
-        for suffix in ("", MODEL_SUFFIX):
-            source = os.path.join(self.directory, name + suffix)
-            if not tf.io.gfile.exists(source):
-                raise FileNotFoundError(f"The kept vocabulary has no {source}: it is not a "
-                                        "SentencePiece vocabulary named " + name)
-            tf.io.gfile.copy(source, path + suffix, overwrite=True)
+        for suffix in ("", MODEL_SUFFIX):  # kept_sentencepiece_vocabularies checked they exist
+            tf.io.gfile.copy(os.path.join(self.directory, name + suffix), path + suffix,
+                             overwrite=True)
         with tf.io.gfile.GFile(path) as f:
             pieces = sum(1 for _ in f)
         _LOG.info("Kept %s from %s: %d SentencePiece pieces, none learned.", name,
