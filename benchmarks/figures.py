@@ -591,10 +591,12 @@ TABLES = (
                                  DEFAULT_BUDGET.before)]),)),
     Table("long-sentences", LONG_COLUMNS,
           (Row("long_sentences_*.json", LONG_CELLS, items=_named_models),)),
-    Table("warm-chain-runs", ("arm", "run", "budget min", "its steps", "steps in all",
+    Table("warm-chain-runs", ("arm", "run", "budget min", "model", "its steps", "steps in all",
                               "dev BLEU", "dev chrF", "machine", "commit", "result file"),
           (Row("warm_chain_*.json", (
-              "{item[arm]}", "{item[run]}", "{item[minutes]:g}", "{item[train_steps]:,}",
+              "{item[arm]}", "{item[run]}", "{item[minutes]:g}",
+              "{item[model_shape][num_layers]} encoder layers, d_model "
+              "{item[model_shape][d_model]}", "{item[train_steps]:,}",
               "{item[total_train_steps]:,}", "{item[dev_bleu]:.2f}", "{item[dev_chrf]:.2f}",
               _machine, "{item[commit]}", _source), items=_chain_runs),)),
     Table("warm-chain", ("comparison", "candidate", "baseline", "dev BLEU: candidate / "

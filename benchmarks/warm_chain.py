@@ -78,10 +78,12 @@ def write_spans(fra_txt: str, directory: str, present: int) -> None:
 
 
 def newest_version(root: str) -> str | None:
+    """The newest complete pushed version of a pipeline root, None before the first."""
+    from components.serving_versions import pushed_versions  # TFX: only when training
+
     serving = os.path.join(root, SERVING)
-    versions = sorted((int(v) for v in os.listdir(serving) if v.isdigit()), reverse=True) \
-        if os.path.isdir(serving) else []
-    return os.path.join(serving, str(versions[0])) if versions else None
+    versions = pushed_versions(serving)
+    return os.path.join(serving, str(versions[-1])) if versions else None
 
 
 def train(run: dict, fra_txt: str) -> dict:
