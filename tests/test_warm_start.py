@@ -176,6 +176,21 @@ def test_transform_keeps_a_served_sentencepiece_vocabulary_byte_for_byte(tmp_pat
                                   "served_vocabulary": str(serving)})
 
 
+def test_the_trainer_refuses_a_base_whose_vocabulary_is_not_transforms(tmp_path):
+    """The last guard that every id means the base's piece: the vocabulary files themselves."""
+    rows = [{"english": [f"I see {n} cats."], "french": [f"Je vois {n} chats."]}
+            for n in ("two", "three", "many", "no")] * 5
+    output = analyze_in_memory(rows, {"tokenizer": "sentencepiece", "vocab_size": 40})
+    with open(output.vocabulary_file_by_name("joint_vocab"), "rb") as f:
+        vocabulary = f.read()
+    same = _serve(str(tmp_path), 5, _record(), vocabulary)
+    assert task._base(same, output, _record().transform).total_train_steps == 100
+    other = _serve(str(tmp_path), 6, _record(), vocabulary + b"one more piece\n")
+    with pytest.raises(training.WarmStartError, match=r"Transform's vocabulary joint_vocab is "
+                                                      r"not the served model's"):
+        task._base(other, output, _record().transform)
+
+
 def test_the_trainer_refuses_a_base_that_tokenized_otherwise(tmp_path):
     """On Kubeflow the base is found when the run gets there: the Trainer checks it."""
     path = _serve(str(tmp_path), 5, _record())

@@ -137,9 +137,9 @@ def _base(model_dir: str, tf_transform_output: tft.TFTransformOutput,
         if not tf.io.gfile.exists(theirs) or _read(theirs) != _read(mine):
             raise warm_start.WarmStartError(
                 f"Transform's vocabulary {os.path.basename(mine)} is not the served model's "
-                f"({theirs}), so its ids would mean other pieces: that model was trained on "
-                "another vocabulary than this Transform output (a cached one, from before it "
-                "was pushed?); run again with --no-cache, or without --warm-start.")
+                f"({theirs}), so its ids would mean other pieces: that version was pushed "
+                "after Transform took the newest one's (a run pushed meanwhile?); run again, "
+                "or without --warm-start.")
     return base
 
 
