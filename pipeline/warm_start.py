@@ -14,7 +14,6 @@ import os
 
 from components.serving_versions import pushed_versions
 from pipeline.config import PipelineConfig
-from trainer_module import hparams as hparams_lib
 from trainer_module import warm_start as training
 
 _LOG = logging.getLogger(__name__)
@@ -45,12 +44,7 @@ def why_not(base: Base, config: PipelineConfig) -> str | None:
     changed = training.tokenization_changes(base.record.transform, config.vocabulary_settings)
     if changed:
         return "this run's " + ", ".join(changed) + " would give other pieces"
-    try:
-        training.continued_hparams(base.record, hparams_lib.get_profile(config.profile),
-                                   config.trainer_settings.overrides())
-    except training.WarmStartError as err:
-        return str(err).rstrip(".")
-    return None
+    return training.shape_changes(base.record, config.trainer_settings.overrides())
 
 
 def plan(config: PipelineConfig, fresh_if_incompatible: bool) -> PipelineConfig:

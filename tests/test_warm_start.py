@@ -131,6 +131,7 @@ def test_a_run_that_cannot_continue_says_why_or_starts_fresh_if_asked(tmp_path, 
     with pytest.raises(training.WarmStartError) as error:
         warm_start.plan(config, fresh_if_incompatible=False)
     assert says in str(error.value) and "--fresh-if-incompatible" in str(error.value)
+    assert str(error.value).count("without --warm-start") == 0  # one piece of advice
     assert warm_start.plan(config, fresh_if_incompatible=True) == config
     assert "trains from scratch (--fresh-if-incompatible)" in caplog.text
 

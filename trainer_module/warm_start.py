@@ -86,18 +86,24 @@ def tokenization_changes(theirs: dict[str, Any], mine: dict[str, Any]) -> list[s
             if theirs.get(name) != mine.get(name)]
 
 
+def shape_changes(base: TrainingRecord, overrides: dict[str, Any]) -> str | None:
+    """What the `--hparam` overrides would change of the base's shape, in words, or None."""
+    changed = {name: (base.hparams[name], value) for name, value in overrides.items()
+               if name in ARCHITECTURE and base.hparams.get(name) != value}
+    if not changed:
+        return None
+    return "--hparam cannot change the warm-started model's shape: " + ", ".join(
+        f"{name}={value} (the base has {old})" for name, (old, value) in sorted(changed.items()))
+
+
 def continued_hparams(base: TrainingRecord, run: hparams_lib.HParams,
                       overrides: dict[str, Any]) -> hparams_lib.HParams:
     """The base's recipe with this run's length and what depends on its machine
     (`_DECIDED_PER_RUN`), the user's overrides winning, except over the architecture, which
     the base's weights fix."""
-    changed = {name: (base.hparams[name], value) for name, value in overrides.items()
-               if name in ARCHITECTURE and base.hparams.get(name) != value}
+    changed = shape_changes(base, overrides)
     if changed:
-        raise WarmStartError(
-            "--hparam cannot change the warm-started model's shape: " + ", ".join(
-                f"{name}={value} (the base has {old})" for name, (old, value) in
-                sorted(changed.items())) + "; drop it, or train without --warm-start.")
+        raise WarmStartError(f"{changed}; drop it, or train without --warm-start.")
     known = {field.name for field in dataclasses.fields(hparams_lib.HParams)}
     kept = {name: value for name, value in base.hparams.items()
             if name in known and name not in _DECIDED_PER_RUN}
