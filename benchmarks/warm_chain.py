@@ -6,12 +6,14 @@
         --work /work/chain --output warm_chain_avx2.json [--arm chain_3x10 --arm chain_2x30]
 
 Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --work):
-  chain_3x10  three runs of 1 unit, each warm-started from the one before
-  chain_2x30  two runs of 3 units; its first run is "fresh 30", the second continues it
-  fresh_60    one run of 6 units from scratch
-  spans       fra.txt cut into two spans by a hash of the English sentence: a run of 3 units
-              on span 1, then one of 3 units warm-started on span 2 alone, against a run of
-              6 units from scratch on both spans (`--spans 2`)
+  chain_3x10          three runs of 1 unit, each warm-started from the one before
+  chain_3x10_restart  the same with `--hparam continued_schedule=restart`: each continued run
+                      warms up to the peak again, as a fresh run does (the learning-rate choice)
+  chain_2x30          two runs of 3 units; its first run is "fresh 30", the second continues it
+  fresh_60            one run of 6 units from scratch
+  spans               fra.txt cut into two spans by a hash of the English sentence: a run of 1
+                      unit on span 1, then one of 1 unit warm-started on span 2 alone, against
+                      a run of 2 units from scratch on both spans (`--spans 2`)
 Every run is the product's `nmt run --warm-start --train-minutes M` (the first of a chain
 finds nothing served and trains from scratch), with `--min-bleu 0`: the chain measures
 training, and a short run below the cpu profile's gate would push nothing to continue. Each
@@ -35,13 +37,15 @@ from benchmarks.gap import bleu_statistics
 from benchmarks.paired import paired_bootstrap, read_lines
 
 SERVING = os.path.join("serving", "nmt-fra-eng")
-ARMS = ("chain_3x10", "chain_2x30", "fresh_60", "spans")
+ARMS = ("chain_3x10", "chain_2x30", "chain_3x10_restart", "fresh_60", "spans")
 # (arm, run index) pairs compared: candidate against baseline.
 COMPARISONS = (
     ("chain of 3 x 1 unit against 3 units from scratch", ("chain_3x10", 2), ("chain_2x30", 0)),
     ("chain of 2 x 3 units against 3 units from scratch", ("chain_2x30", 1), ("chain_2x30", 0)),
     ("chain of 2 x 3 units against 6 units from scratch", ("chain_2x30", 1), ("fresh_60", 0)),
-    ("3 units on span 1 then 3 warm on span 2, against 6 units from scratch on both",
+    ("chain of 3 x 1 unit warming up again, against the continued schedule",
+     ("chain_3x10_restart", 2), ("chain_3x10", 2)),
+    ("1 unit on span 1 then 1 warm on span 2, against 2 units from scratch on both",
      ("spans", 1), ("spans", 2)),
 )
 
@@ -51,14 +55,17 @@ def runs_of(arm: str, unit: float, work: str) -> list[dict]:
     root = os.path.join(work, arm)
     if arm == "chain_3x10":
         return [{"minutes": unit, "root": root}] * 3
+    if arm == "chain_3x10_restart":
+        return [{"minutes": unit, "root": root,
+                 "flags": ["--hparam", "continued_schedule=restart"]}] * 3
     if arm == "chain_2x30":
         return [{"minutes": 3 * unit, "root": root}] * 2
     if arm == "fresh_60":
         return [{"minutes": 6 * unit, "root": root}]
     spans = os.path.join(work, "spans_data", "fra-{SPAN}.txt")
-    return [{"minutes": 3 * unit, "root": root, "data": spans, "spans_present": 1},
-            {"minutes": 3 * unit, "root": root, "data": spans, "spans_present": 2},
-            {"minutes": 6 * unit, "root": root + "_both", "data": spans, "spans_present": 2,
+    return [{"minutes": unit, "root": root, "data": spans, "spans_present": 1},
+            {"minutes": unit, "root": root, "data": spans, "spans_present": 2},
+            {"minutes": 2 * unit, "root": root + "_both", "data": spans, "spans_present": 2,
              "flags": ["--spans", "2"]}]
 
 

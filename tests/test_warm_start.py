@@ -48,6 +48,11 @@ def test_a_continued_schedule_goes_on_past_the_peak_after_a_short_rise():
     assert max(float(fresh(step)) for step in range(0, 2000, 10)) == pytest.approx(
         peak_learning_rate(hparams), rel=0.01)
     assert float(continued(1999)) < 0.01 * max(rates)  # and cools down as a fresh run does
+    # the alternative kept for measuring the choice: a second warm-up, as a fresh run's
+    restarted = learning_rate_schedule(dataclasses.replace(hparams, continued_schedule="restart"),
+                                       steps_before=3000)
+    assert [float(restarted(s)) for s in range(0, 2000, 10)] == [
+        float(fresh(s)) for s in range(0, 2000, 10)]
 
 
 # -- the recipe a continued run trains with ------------------------------------------------------

@@ -45,6 +45,10 @@ class HParams:
     # the paper's schedule, which never anneals). Under a time budget the budget decides the
     # last step before the cooldown begins, so the cooldown always completes.
     cooldown_fraction: float = 0.0
+    # A warm-started run's schedule (optimization.TransformerSchedule): "continue" takes the
+    # rate where the base's training left it, after a short rise; "restart" warms up to the
+    # peak again as a fresh run does (kept to measure the choice: BENCHMARKS.md, warm starts).
+    continued_schedule: str = "continue"
     optimizer: str = "adam"  # "adam" (the paper's) or "rmsprop" (the seeds' recipe, default rate)
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
@@ -151,6 +155,9 @@ class HParams:
         if self.num_layers < 1 or self.num_decoder_layers < 0:
             raise ValueError(f"num_layers must be >= 1 and num_decoder_layers >= 0, got "
                              f"{self.num_layers} and {self.num_decoder_layers}")
+        if self.continued_schedule not in ("continue", "restart"):
+            raise ValueError(f"continued_schedule must be 'continue' or 'restart', got "
+                             f"{self.continued_schedule!r}")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
         if not 0.0 <= self.cooldown_fraction <= 1.0:

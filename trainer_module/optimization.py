@@ -230,11 +230,13 @@ def learning_rate_schedule(hparams: HParams, train_steps: int | tf.Variable | No
                            steps_before: int = 0) -> TransformerSchedule:
     """The warm-up schedule scaled for the profile, with its cooldown if any, ending at
     `train_steps` (default: the profile's; a variable when a time budget decides it); for a
-    model with `steps_before` steps of training behind it, continued where they left it."""
+    model with `steps_before` steps of training behind it, continued where they left it
+    (hparams.continued_schedule "continue"; "restart": as a fresh run's)."""
+    continued = steps_before if hparams.continued_schedule == "continue" else 0
     return TransformerSchedule(hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale,
                                hparams.train_steps if train_steps is None else train_steps,
-                               hparams.cooldown_fraction, step_offset=steps_before,
-                               rewarm_steps=rewarm_steps(hparams) if steps_before else 0)
+                               hparams.cooldown_fraction, step_offset=continued,
+                               rewarm_steps=rewarm_steps(hparams) if continued else 0)
 
 
 def make_optimizer(hparams: HParams, train_steps: int | tf.Variable | None = None,
