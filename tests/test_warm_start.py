@@ -28,6 +28,7 @@ from transform_module.sentencepiece import served_assets
 from transform_module.tokens import DEFAULT_VOCAB_SIZE
 
 FIRST_STEPS, SECOND_STEPS = 20, 20  # one checkpoint each (the smoke profile's every 20)
+KEPT = hparams_lib.get_profile("smoke").keep_checkpoints + 1  # the second run's --hparam
 
 
 # -- the learning rate of a continued run ------------------------------------------------------
@@ -223,7 +224,7 @@ def chain(nmt_pipeline, fra_sample, tmp_path_factory) -> Chain:
     first = nmt_pipeline(*smoke_args(fra_sample, root, FIRST_STEPS)[1:], "--warm-start")
     assert first.returncode == 0, first.stderr[-5000:]
     second = nmt_pipeline(*smoke_args(fra_sample, root, SECOND_STEPS)[1:], "--warm-start",
-                          "--to", "Trainer")
+                          "--hparam", f"keep_checkpoints={KEPT}", "--to", "Trainer")
     assert second.returncode == 0, second.stderr[-5000:]
     [version] = versions(root)
     return Chain(root, first.stderr, second.stderr, version)
@@ -291,12 +292,12 @@ def test_lineage_and_models_show_the_chain_and_its_total_steps(chain):
 
 def test_diff_compares_the_trainers_hyperparameters_not_the_bases_copy(chain):
     """The second run's outputs hold two Models: ServedModel's copy of the base (no
-    hyperparameters of its own) and the Trainer's."""
+    hyperparameters of its own) and the Trainer's, whose --hparam the diff shows."""
     store = open_store(chain.root)
     second, first = (run["run"] for run in list_runs(store))
     changes = diff_runs(store, first, second)["changes"]
-    assert {"section": "hyperparameters", "key": "train_steps", "a": FIRST_STEPS,
-            "b": SECOND_STEPS} in changes
+    assert {"section": "hyperparameters", "key": "keep_checkpoints", "a": KEPT - 1,
+            "b": KEPT} in changes
 
 
 def test_another_vocabulary_size_fails_before_anything_runs(chain, fra_sample):
