@@ -246,15 +246,6 @@ def _chain_runs(record: dict) -> list[dict]:
             for number, run in enumerate(state["runs"], 1)]
 
 
-def _skips(record: dict) -> list[dict]:
-    """A warm_chain.py result's timed data skips, each with its cost beyond the first read."""
-    timed = (record["figures"].get("data_skip") or {}).get("seconds", {})
-    first = timed.get("0", 0.0)
-    return [{"batches": int(count), "seconds": seconds,
-             "per_thousand": (seconds - first) / int(count) * 1000 if int(count) else None}
-            for count, seconds in timed.items()]
-
-
 def _history_link(record: dict) -> str:
     """A link to the history section of a decision, named by its heading's first words."""
     section = record["item"]["section"]
@@ -617,12 +608,6 @@ TABLES = (
               "{item[difference]:+.2f}", "{item[bootstrap_std]:.2f}",
               lambda r: f"{100 * r['item']['p_not_better']:.1f} % of resamples", _source),
               items=lambda r: r["figures"]["comparisons"]),)),
-    Table("warm-chain-skip", ("batches skipped", "seconds to the first batch",
-                              "seconds per 1,000 batches skipped", "machine", "result file"),
-          (Row("warm_chain_*.json", (
-              "{item[batches]:,}", "{item[seconds]:.1f}",
-              lambda r: "–" if r["item"]["per_thousand"] is None else
-              f"{r['item']['per_thousand']:.1f}", _machine, _source), items=_skips),)),
 )
 
 

@@ -20,9 +20,7 @@ training, and a short run below the cpu profile's gate would push nothing to con
 run's pushed model is decoded greedily on the dev set as `nmt translate` does, and the
 comparisons are paired bootstraps (`paired.py`). A finished run is kept in its arm's
 `state.json` and not run again, so arms can be added later; a comparison whose two arms ran
-on different machines is left out. Last, `data_skip`: the seconds a continued run's training
-data take to skip the batches behind it (trainer_module/input_pipeline.py), timed here.
-Alone on the machine, from a worktree of its own.
+on different machines is left out. Alone on the machine, from a worktree of its own.
 """
 from __future__ import annotations
 
@@ -125,35 +123,6 @@ def dev_scores(model: str, sources: list[str], references: list[str]) -> dict:
     return {"dev_bleu": scores["bleu"], "dev_chrf": scores["chrf"], "hypotheses": hypotheses}
 
 
-def skip_seconds(root: str, model: str, batches: list[int]) -> dict[str, float]:
-    """Seconds a continued run's training data take to skip `batches` (the steps behind it,
-    read again and dropped before its first step), on a pipeline root's newest Transform
-    output with its model's recipe; 0 batches: the first batch alone (the first reads)."""
-    import dataclasses
-    import tensorflow_transform as tft
-    from trainer_module.hparams import HParams
-    from trainer_module.input_pipeline import make_dataset
-    from trainer_module.warm_start import read_record
-
-    def newest(directory: str) -> str:
-        return os.path.join(directory, max(os.listdir(directory), key=int))
-
-    fields = {f.name for f in dataclasses.fields(HParams)}
-    hparams = HParams(**{k: v for k, v in read_record(model).hparams.items() if k in fields})
-    output = tft.TFTransformOutput(newest(os.path.join(root, "Transform", "transform_graph")))
-    train = os.path.join(newest(os.path.join(root, "Transform", "transformed_examples")),
-                         "Split-train", "*")
-    seconds = {}
-    for count in batches:
-        started = time.perf_counter()
-        for _ in make_dataset(train, output, hparams, training=True,
-                              skip_batches=count).take(1):
-            pass
-        seconds[str(count)] = round(time.perf_counter() - started, 2)
-        print(f"skipping {count:,} batches: {seconds[str(count)]:.1f} s", flush=True)
-    return seconds
-
-
 def run_arm(arm: str, args: argparse.Namespace, sources: list[str],
             references: list[str]) -> dict:
     """Runs what the arm's state.json lacks; returns the state."""
@@ -221,11 +190,6 @@ def main(argv: list[str] | None = None) -> None:
             with open(path, encoding="utf-8") as f:
                 arms[arm] = json.load(f)
     comparisons = compare(arms, references)
-    # What the data's skip costs a continued run (trainer_module/input_pipeline.py), timed on
-    # the 30-minute chain's data, up to about ten of its runs behind.
-    skip = {"machine": results.machine(), "seconds": skip_seconds(
-        os.path.join(args.work, "chain_2x30"), arms["chain_2x30"]["runs"][-1]["model"],
-        [0, 2_000, 20_000])} if "chain_2x30" in arms else None
     for arm in arms.values():
         for run in arm["runs"]:
             run.pop("hypotheses")
@@ -234,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
                   "and greedy dev-set BLEU/chrF, and paired bootstraps of the chains' last "
                   "models against the runs from scratch",
                   {"unit_minutes": args.unit, "dev": args.dev, "arms": arms,
-                   "comparisons": comparisons, "data_skip": skip})
+                   "comparisons": comparisons})
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ import glob
 import logging
 import os
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -110,30 +109,3 @@ def test_an_epoch_re_reads_every_pair_when_the_cache_budget_is_too_small(split, 
     for epoch in (first, second):
         assert collections.Counter((tuple(s), tuple(t)) for s, t in epoch) == whole
     assert [tuple(s) for s, _ in first] != [tuple(s) for s, _ in second]  # new file order
-
-
-def test_a_continued_run_trains_on_the_batches_one_run_would_train_next(split):
-    """skip_batches (a warm-started or resumed run, task._train_data): the stream goes on where
-    the steps behind it stopped, past the first epoch, instead of starting again. (Each run
-    builds its dataset anew; iterating one dataset object again would reshuffle.)"""
-    pattern, output = split
-    epoch = sum(1 for _ in input_pipeline.read_pairs(pattern, output, HPARAMS))
-
-    def arrays(batch):
-        return tf.nest.map_structure(lambda t: t.numpy(), batch)
-
-    one_run = iter(input_pipeline.make_dataset(pattern, output, HPARAMS, training=True))
-    first = arrays(next(one_run))
-    skipped, rows = 1, int(tf.nest.flatten(first)[0].shape[0])
-    while rows <= epoch:  # past the first epoch (a joined row holds several pairs): its pairs
-        rows += int(tf.nest.flatten(next(one_run))[0].shape[0])  # reshuffled, joined anew
-        skipped += 1
-    expected = [arrays(next(one_run)) for _ in range(3)]
-    continued = input_pipeline.make_dataset(pattern, output, HPARAMS, training=True,
-                                            skip_batches=skipped)
-    got = [arrays(batch) for batch in continued.take(3)]
-    assert len(got) == 3
-    for mine, theirs in zip(got, expected):
-        tf.nest.map_structure(np.testing.assert_array_equal, mine, theirs)
-    assert not all(tf.nest.flatten(tf.nest.map_structure(
-        lambda a, b: a.shape == b.shape and bool((a == b).all()), first, got[0])))

@@ -82,8 +82,6 @@ def test_killed_trainer_resumes_from_its_last_checkpoint(smoke_run):
     assert killed == list(range(every, 40 + 1, every))  # killed right after step 40's
     resumed_from = int(re.search(r"Resuming from \S+ \(step (\d+) of", smoke_run.log)[1])
     assert resumed_from == killed[-1]
-    # and its data go on after the batches trained before the kill, not from the first again
-    assert f"The training data go on after the {resumed_from:,} batches" in smoke_run.log
     assert resumed == list(range(resumed_from + every, SMOKE_TRAIN_STEPS + 1, every))
     with open(os.path.join(smoke_run.model_run_uri, HISTORY_FILE)) as f:
         history = json.load(f)

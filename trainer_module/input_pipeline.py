@@ -261,15 +261,12 @@ def join_pairs(pairs: tf.data.Dataset, hparams: HParams, seed: int) -> tf.data.D
 def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFTransformOutput,
                  hparams: HParams, training: bool, bucketing: bool | None = None,
                  seed: int | None = None, shard: tuple[int, int] = (1, 0),
-                 pad_to_boundary: bool | None = None, skip_batches: int = 0) -> tf.data.Dataset:
+                 pad_to_boundary: bool | None = None) -> tf.data.Dataset:
     """Training: shuffled (seed: None = hparams.seed), repeated forever, cached in memory if
     the worker's share fits `hparams.cache_megabytes`. Evaluation: one ordered pass.
 
     bucketing: None follows hparams.bucketing. shard: see `read_pairs`. pad_to_boundary: see
-    `batch_pairs`. skip_batches: the training batches already trained on (a continued or
-    resumed run), so that the stream goes on where they stopped. Started again instead, every
-    run of a chain shorter than an epoch would train on the same first batches, and, as the
-    shuffle buffer is smaller than the split, on its shorter sentences only."""
+    `batch_pairs`."""
     seed = hparams.seed if seed is None else seed
     if not training:
         pairs = read_pairs(file_pattern, tf_transform_output, hparams, shard)
@@ -291,10 +288,8 @@ def make_dataset(file_pattern: str | Sequence[str], tf_transform_output: tft.TFT
         if hparams.joined_pairs:
             pairs = join_pairs(pairs, hparams, seed)
     bucketing = hparams.bucketing if bucketing is None else bucketing
-    batches = batch_pairs(pairs, hparams, bucketing, pad_to_boundary=pad_to_boundary)
-    if training and skip_batches:
-        batches = batches.skip(skip_batches)
-    return batches.prefetch(tf.data.AUTOTUNE)
+    return batch_pairs(pairs, hparams, bucketing, pad_to_boundary=pad_to_boundary).prefetch(
+        tf.data.AUTOTUNE)
 
 
 def validation_dataset(file_pattern: str | Sequence[str],

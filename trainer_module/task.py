@@ -96,18 +96,13 @@ def exportable_model(hparams: hparams_lib.HParams, tf_transform_output: tft.TFTr
 
 
 def _train_data(fn_args: FnArgs, tf_transform_output: tft.TFTransformOutput,
-                hparams: hparams_lib.HParams, steps_trained: int
-                ) -> keras.utils.experimental.DatasetCreator:
+                hparams: hparams_lib.HParams) -> keras.utils.experimental.DatasetCreator:
     """One dataset per worker (its own shard of the examples), whose batches of batch_tokens
-    go one per replica: N replicas train N x batch_tokens tokens per step. Each goes on after
-    the batches of the `steps_trained` steps behind this run (its base's and its checkpoint's),
-    as one run without a break would."""
+    go one per replica: N replicas train N x batch_tokens tokens per step."""
 
     def per_worker(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        per_step = max(context.num_replicas_in_sync // context.num_input_pipelines, 1)
         return make_dataset(fn_args.train_files, tf_transform_output, hparams, training=True,
-                            shard=(context.num_input_pipelines, context.input_pipeline_id),
-                            skip_batches=steps_trained * per_step)
+                            shard=(context.num_input_pipelines, context.input_pipeline_id))
 
     return keras.utils.experimental.DatasetCreator(per_worker)
 
@@ -228,10 +223,7 @@ def run_fn(fn_args: FnArgs) -> None:
             feedback.append(keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50))
         # Under a budget the epochs are counted to a step no budget reaches; StopTraining ends it.
         epochs = -(-(int(final_step.numpy()) or _UNBOUNDED_STEPS) // hparams.checkpoint_every)
-        if steps_before + step:
-            _LOG.info("The training data go on after the %s batches of the steps behind this "
-                      "run (read again and skipped first).", f"{steps_before + step:,}")
-        model.fit(_train_data(fn_args, tf_transform_output, hparams, steps_before + step),
+        model.fit(_train_data(fn_args, tf_transform_output, hparams),
                   epochs=epochs, initial_epoch=step // hparams.checkpoint_every,
                   steps_per_epoch=hparams.checkpoint_every,
                   validation_data=validation_dataset(fn_args.eval_files, tf_transform_output,
