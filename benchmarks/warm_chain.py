@@ -9,6 +9,9 @@ Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --wo
   chain_3x10          three runs of 1 unit, each warm-started from the one before
   chain_3x10_restart  the same with `--hparam continued_schedule=restart`: each continued run
                       warms up to the peak again, as a fresh run does (the learning-rate choice)
+  chain_3x10_total_tail  the same with `--hparam continued_tail=total`: each continued run's
+                      cooldown and weight average span their fractions of all the steps behind
+                      it, as one long run's would (the last run's tail)
   chain_2x30          two runs of 3 units; its first run is "fresh 30", the second continues it
   fresh_60            one run of 6 units from scratch
   spans               fra.txt cut into two spans by a hash of the English sentence: a run of 1
@@ -37,7 +40,8 @@ from benchmarks.gap import bleu_statistics
 from benchmarks.paired import paired_bootstrap, read_lines
 
 SERVING = os.path.join("serving", "nmt-fra-eng")
-ARMS = ("chain_3x10", "chain_2x30", "chain_3x10_restart", "fresh_60", "spans")
+ARMS = ("chain_3x10", "chain_2x30", "chain_3x10_restart", "chain_3x10_total_tail", "fresh_60",
+        "spans")
 # (arm, run index) pairs compared: candidate against baseline.
 COMPARISONS = (
     ("chain of 3 x 1 unit against 3 units from scratch", ("chain_3x10", 2), ("chain_2x30", 0)),
@@ -45,6 +49,10 @@ COMPARISONS = (
     ("chain of 2 x 3 units against 6 units from scratch", ("chain_2x30", 1), ("fresh_60", 0)),
     ("chain of 3 x 1 unit warming up again, against the continued schedule",
      ("chain_3x10_restart", 2), ("chain_3x10", 2)),
+    ("chain of 3 x 1 unit, its tails sized by all the steps behind, against the run's own",
+     ("chain_3x10_total_tail", 2), ("chain_3x10", 2)),
+    ("chain of 3 x 1 unit, its tails sized by all the steps behind, against 3 units from "
+     "scratch", ("chain_3x10_total_tail", 2), ("chain_2x30", 0)),
     ("1 unit on span 1 then 1 warm on span 2, against 2 units from scratch on both",
      ("spans", 1), ("spans", 2)),
 )
@@ -58,6 +66,9 @@ def runs_of(arm: str, unit: float, work: str) -> list[dict]:
     if arm == "chain_3x10_restart":
         return [{"minutes": unit, "root": root,
                  "flags": ["--hparam", "continued_schedule=restart"]}] * 3
+    if arm == "chain_3x10_total_tail":
+        return [{"minutes": unit, "root": root,
+                 "flags": ["--hparam", "continued_tail=total"]}] * 3
     if arm == "chain_2x30":
         return [{"minutes": 3 * unit, "root": root}] * 2
     if arm == "fresh_60":

@@ -453,7 +453,7 @@ def test_learning_rate_schedule_warms_up_then_decays():
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
     assert optimizer.get_config()["learning_rate"]["config"] == {
         "d_model": 32, "warmup_steps": 20, "scale": 0.5, "train_steps": 40,
-        "cooldown_fraction": 0.0, "step_offset": 0, "rewarm_steps": 0}
+        "cooldown_fraction": 0.0, "step_offset": 0, "rewarm_steps": 0, "tail_before": 0}
 
 
 def test_cooldown_decays_the_rate_linearly_to_zero_over_the_last_steps():

@@ -10,14 +10,17 @@ import logging
 import os
 import re
 
+import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 
 from helpers import last_line, latest_artifact, open_store, run_nmt, smoke_args, versions
 from metadata.diff import diff_runs
 from metadata.runs import list_runs
 from pipeline import warm_start
 from pipeline.config import PipelineConfig, pipeline_arguments
+from trainer_module import budget, callbacks, optimization
 from trainer_module import hparams as hparams_lib
 from trainer_module import task
 from trainer_module import warm_start as training
@@ -54,6 +57,52 @@ def test_a_continued_schedule_goes_on_past_the_peak_after_a_short_rise():
                                        steps_before=3000)
     assert [float(restarted(s)) for s in range(0, 2000, 10)] == [
         float(fresh(s)) for s in range(0, 2000, 10)]
+
+
+def test_a_total_tail_cools_a_continued_run_down_as_long_as_one_long_run_would():
+    """continued_tail "total": the cooldown and the weight average span their fractions of all
+    the steps behind the model and this run's, at most this run's; "run": of this run's."""
+    hparams = dataclasses.replace(hparams_lib.get_profile("cpu"), train_steps=1000,
+                                  cooldown_fraction=0.2)
+    own = learning_rate_schedule(hparams, steps_before=1500)
+    total = learning_rate_schedule(dataclasses.replace(hparams, continued_tail="total"),
+                                   steps_before=1500)
+    assert (own.cooldown_steps, total.cooldown_steps) == (200, 500)  # 0.2 x 2,500
+    for schedule, cooldown in ((own, 200), (total, 500)):
+        start = 1000 - cooldown  # the optimizer's steps count from 0: the cooldown's first is
+        assert float(schedule(start - 1)) == pytest.approx(  # the paper's rate up to there
+            float(learning_rate_schedule(dataclasses.replace(hparams, cooldown_fraction=0.0),
+                                         steps_before=1500)(start - 1)), rel=1e-5)
+        assert float(schedule(start + cooldown // 2)) < 0.6 * float(schedule(start - 1))
+    assert optimization.cooldown_steps(0.25, 1000, 9000) == 1000  # at most this run's
+    assert dataclasses.replace(hparams, continued_tail="total").tail_steps_before(1500) == 1500
+    assert hparams.tail_steps_before(1500) == 0
+    with pytest.raises(ValueError, match="continued_tail must be 'run' or 'total'"):
+        dataclasses.replace(hparams, continued_tail="all")
+    # a budget fixes the last step before that longer tail begins
+    # (0.125 s per step: 801 steps in the 100 s; a tail of 0.2 x 2,301 = 460 starts after 341)
+    total_tail, own_tail = (budget.TimeBudget(100.0, started=0.0, cooldown_fraction=0.2,
+                                              tail_before=before) for before in (1500, 0))
+    for time_budget in (total_tail, own_tail):
+        time_budget.observe(1, now=0.0)
+    assert total_tail.decide(339, now=338 * 0.125) == 0
+    assert total_tail.decide(340, now=339 * 0.125) == 801
+    assert own_tail.decide(340, now=339 * 0.125) == 0  # its tail of 160 is far off
+
+
+def test_a_total_tail_averages_as_many_weights_as_one_long_run_would():
+    """The weight average of a continued run with continued_tail "total": its fraction of all
+    the steps behind the model and this run's 20 (at most these 20), here all of them."""
+    counts = []
+    for tail_before in (0, 60):
+        model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+        average = callbacks.WeightAverage(model.trainable_variables,
+                                          tf.Variable(20, dtype=tf.int64), 0.25, tail_before)
+        model.fit(tf.data.Dataset.from_tensors((np.ones([4, 2]), np.ones([4, 1]))).repeat(),
+                  epochs=1, steps_per_epoch=20, verbose=0, callbacks=[average])
+        counts.append(average.apply())
+    assert counts == [5, 20]  # 0.25 x 20; 0.25 x 80
 
 
 # -- the recipe a continued run trains with ------------------------------------------------------

@@ -194,12 +194,18 @@ class TimeBudget:
     (StopTraining calls it); `estimate` and `decide` only read what was observed."""
 
     def __init__(self, seconds: float, started: float, spent_before: float = 0.0,
-                 cooldown_fraction: float = 0.0, average_fraction: float = 0.0) -> None:
+                 cooldown_fraction: float = 0.0, average_fraction: float = 0.0,
+                 tail_before: int = 0) -> None:
         self.seconds, self.started, self.spent_before = seconds, started, spent_before
         self.cooldown_fraction = cooldown_fraction
+        self.tail_before = tail_before  # the steps behind that size the tail (cooldown_steps)
         # The steps whose learning rate or averaging depends on the final step.
         self._tail_fraction = max(cooldown_fraction, average_fraction)
         self._rate_start: tuple[int, float] | None = None
+
+    def _tail(self, final: int) -> int:
+        """The last steps of `final` whose learning rate or average depends on it."""
+        return cooldown_steps(self._tail_fraction, final, self.tail_before)
 
     def elapsed(self, now: float) -> float:
         return self.spent_before + now - self.started
@@ -229,8 +235,8 @@ class TimeBudget:
         if estimate is None and not used_up:
             return 0
         final = max(estimate or step, step)
-        if not used_up and step + every < final - cooldown_steps(self._tail_fraction, final):
+        if not used_up and step + every < final - self._tail(final):
             return 0
-        while final - cooldown_steps(self._tail_fraction, final) < step:
+        while final - self._tail(final) < step:
             final += 1  # the steps so far had no cooldown or average: it must start after this
         return final

@@ -172,7 +172,8 @@ class StopTraining(keras.callbacks.Callback):
             final = int(devices.chief_value(self.strategy, decided))
             if final:
                 self.final_step.assign(final)
-                cooldown = cooldown_steps(self.budget.cooldown_fraction, final)
+                cooldown = cooldown_steps(self.budget.cooldown_fraction, final,
+                                          self.budget.tail_before)
                 _LOG.info("The %.0f s training budget ends training at step %d (decided at "
                           "step %d, %.0f s in%s).", self.budget.seconds, final, step,
                           self.budget.elapsed(time.time()),
@@ -192,9 +193,9 @@ class WeightAverage(keras.callbacks.Callback):
     """
 
     def __init__(self, weights: list[tf.Variable], final_step: tf.Variable,
-                 fraction: float) -> None:
+                 fraction: float, tail_before: int = 0) -> None:
         super().__init__()
-        self.final_step, self.fraction = final_step, fraction
+        self.final_step, self.fraction, self.tail_before = final_step, fraction, tail_before
         self._weights = list(weights)
         self.averaged = [tf.Variable(tf.zeros(w.shape, w.dtype), trainable=False,
                                      name=f"average_{i}") for i, w in enumerate(self._weights)]
@@ -214,7 +215,7 @@ class WeightAverage(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None) -> None:
         final = int(self.final_step.numpy())
         step = int(self.model.optimizer.iterations.numpy())
-        if final and step > final - cooldown_steps(self.fraction, final):
+        if final and step > final - cooldown_steps(self.fraction, final, self.tail_before):
             self._add_weights()
 
     def apply(self) -> int:

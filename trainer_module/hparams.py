@@ -49,6 +49,11 @@ class HParams:
     # rate where the base's training left it, after a short rise; "restart" warms up to the
     # peak again as a fresh run does (kept to measure the choice: BENCHMARKS.md, warm starts).
     continued_schedule: str = "continue"
+    # A warm-started run's cooldown and weight average: "run" spans cooldown_fraction and
+    # average_fraction of its own steps, as a fresh run's; "total" those fractions of all the
+    # steps behind its model and its own (at most its own), so the last run of a chain ends as
+    # one long run would (kept to measure the choice: BENCHMARKS.md, warm starts).
+    continued_tail: str = "run"
     optimizer: str = "adam"  # "adam" (the paper's) or "rmsprop" (the seeds' recipe, default rate)
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
@@ -158,6 +163,9 @@ class HParams:
         if self.continued_schedule not in ("continue", "restart"):
             raise ValueError(f"continued_schedule must be 'continue' or 'restart', got "
                              f"{self.continued_schedule!r}")
+        if self.continued_tail not in ("run", "total"):
+            raise ValueError(f"continued_tail must be 'run' or 'total', got "
+                             f"{self.continued_tail!r}")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
         if not 0.0 <= self.cooldown_fraction <= 1.0:
@@ -204,6 +212,11 @@ class HParams:
         """The last fraction of the steps whose uniform average is exported (0: none, or the
         moving average instead)."""
         return 0.0 if self.ema_momentum else self.average_fraction
+
+    def tail_steps_before(self, steps_before: int) -> int:
+        """The steps behind a continued run that its cooldown and average are sized by
+        (continued_tail "total"), or 0 (sized by its own steps)."""
+        return steps_before if self.continued_tail == "total" else 0
 
     @property
     def decoder_depth(self) -> int:

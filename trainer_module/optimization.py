@@ -161,12 +161,14 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     rate where that model's training left it, past the peak, instead of warming up to the peak
     again: the weights are already past the phase the warm-up protects. Its optimizer starts
     with empty moments (a served model carries none), so the rate rises linearly from zero over
-    `rewarm_steps` first, as Adam's first steps are otherwise full-size.
+    `rewarm_steps` first, as Adam's first steps are otherwise full-size. `tail_before`: the
+    steps behind such a run that size its cooldown too (hparams.continued_tail "total"): it
+    spans cooldown_fraction of those and train_steps, at most train_steps.
     """
 
     def __init__(self, d_model: int, warmup_steps: int, scale: float = 1.0,
                  train_steps: int | tf.Variable = 0, cooldown_fraction: float = 0.0,
-                 step_offset: int = 0, rewarm_steps: int = 0) -> None:
+                 step_offset: int = 0, rewarm_steps: int = 0, tail_before: int = 0) -> None:
         super().__init__()
         if not 0.0 <= cooldown_fraction <= 1.0:
             raise ValueError(f"cooldown_fraction must be in [0, 1], got {cooldown_fraction}")
@@ -177,11 +179,13 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.cooldown_fraction = cooldown_fraction
         self.step_offset = step_offset
         self.rewarm_steps = rewarm_steps
+        self.tail_before = tail_before
 
     @property
     def cooldown_steps(self) -> int:
         """The cooldown's length for the train_steps known now (0 while undecided)."""
-        return cooldown_steps(self.cooldown_fraction, step_count(self.train_steps))
+        return cooldown_steps(self.cooldown_fraction, step_count(self.train_steps),
+                              self.tail_before)
 
     def __call__(self, step: tf.Tensor) -> tf.Tensor:
         step = tf.cast(step, tf.float32) + 1.0
@@ -194,7 +198,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
             return rate
         # float64 and round-half-to-even, as Python's round() in `cooldown_steps`.
         train_steps = tf.cast(self.train_steps, tf.float64)
-        cooldown = tf.cast(tf.round(train_steps * self.cooldown_fraction), tf.float32)
+        cooldown = tf.cast(tf.minimum(
+            tf.round((train_steps + self.tail_before) * self.cooldown_fraction), train_steps),
+            tf.float32)
         factor = tf.clip_by_value(
             (tf.cast(train_steps, tf.float32) + 1.0 - step) / tf.maximum(cooldown, 1.0), 0.0, 1.0)
         return rate * tf.where(cooldown > 0, factor, 1.0)
@@ -203,7 +209,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale,
                 "train_steps": step_count(self.train_steps),
                 "cooldown_fraction": self.cooldown_fraction, "step_offset": self.step_offset,
-                "rewarm_steps": self.rewarm_steps}
+                "rewarm_steps": self.rewarm_steps, "tail_before": self.tail_before}
 
 
 def step_count(steps: int | tf.Variable) -> int:
@@ -211,9 +217,11 @@ def step_count(steps: int | tf.Variable) -> int:
     return int(steps.numpy()) if hasattr(steps, "numpy") else int(steps)
 
 
-def cooldown_steps(fraction: float, train_steps: int) -> int:
-    """The last steps of `train_steps` over which the learning rate decays to zero."""
-    return round(fraction * train_steps)
+def cooldown_steps(fraction: float, train_steps: int, tail_before: int = 0) -> int:
+    """The last steps of `train_steps` over which the learning rate decays to zero (or whose
+    weights are averaged): `fraction` of them, or of them and `tail_before` steps behind them
+    (HParams.tail_steps_before), at most all of them."""
+    return min(round(fraction * (train_steps + tail_before)), train_steps)
 
 
 def peak_learning_rate(hparams: HParams) -> float:
@@ -236,7 +244,8 @@ def learning_rate_schedule(hparams: HParams, train_steps: int | tf.Variable | No
     return TransformerSchedule(hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale,
                                hparams.train_steps if train_steps is None else train_steps,
                                hparams.cooldown_fraction, step_offset=continued,
-                               rewarm_steps=rewarm_steps(hparams) if continued else 0)
+                               rewarm_steps=rewarm_steps(hparams) if continued else 0,
+                               tail_before=hparams.tail_steps_before(steps_before))
 
 
 def make_optimizer(hparams: HParams, train_steps: int | tf.Variable | None = None,

@@ -186,7 +186,8 @@ def run_fn(fn_args: FnArgs) -> None:
         model = build_keras_model(hparams, final_step, steps_before)
         # The uniform average of the last weights, if asked for (checkpointed with them).
         average = callbacks.WeightAverage(model.trainable_variables, final_step,
-                                          hparams.averaged_fraction) \
+                                          hparams.averaged_fraction,
+                                          hparams.tail_steps_before(steps_before)) \
             if hparams.averaged_fraction else None
         checkpoint = tf.train.Checkpoint(
             model=model, optimizer=model.optimizer, final_step=final_step,
@@ -212,7 +213,8 @@ def run_fn(fn_args: FnArgs) -> None:
     step = int(model.optimizer.iterations.numpy())
     time_budget = budget.TimeBudget(
         hparams.train_minutes * 60, started, callbacks.seconds_trained(history_path, step),
-        hparams.cooldown_fraction, hparams.averaged_fraction) if hparams.train_minutes else None
+        hparams.cooldown_fraction, hparams.averaged_fraction,
+        hparams.tail_steps_before(steps_before)) if hparams.train_minutes else None
     if not int(final_step.numpy()) or step < int(final_step.numpy()):
         feedback = [callbacks.ProgressLogger(final_step, budget=time_budget),
                     callbacks.CheckpointAndHistory(manager, history_path, keep=chief,
