@@ -65,7 +65,7 @@ def _stage_functions(translator: export.Translator) -> dict[str, Callable]:
     def greedy(source_ids, ngram, repeats, spelling):
         limits = decoding.max_decode_length(source_ids, hparams)
         memory, source_mask = model.encode(source_ids)
-        cache = model.init_cache(memory, source_mask, tf.reduce_max(limits))
+        cache = model.init_cache(memory, source_mask)
         return decoding._greedy_loop(model.decode_step, cache, limits, tf.reduce_max(limits),
                                      ngram, repeats, spelling)[0]
 

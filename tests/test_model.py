@@ -153,7 +153,7 @@ def test_a_sentence_leaves_the_greedy_batch_when_it_ends(model, sources):
     @graph_function
     def decode(ids):
         memory, source_mask = model.encode(ids)
-        cache = model.init_cache(memory, source_mask, tf.reduce_max(limits))
+        cache = model.init_cache(memory, source_mask)
         return decoding._greedy_loop(counting_step, cache, limits, tf.reduce_max(limits))
 
     tokens, _ = decode(sources)
@@ -192,7 +192,7 @@ def test_cached_decoding_equals_full_decoding(positions, sources):
     target = padded_ids(np.random.default_rng(4), [12] * 5, TARGET_VOCAB)
     memory, source_mask = model.encode(sources)
     full_logits, _ = model.decode(target, memory, source_mask)
-    cache = model.init_cache(memory, source_mask, 12)
+    cache = model.init_cache(memory, source_mask)
     for step in range(12):  # teacher-forced, one position at a time
         logits, cache = model.decode_step(tf.constant(target[:, step]), tf.constant(step), cache)
         np.testing.assert_allclose(logits, full_logits[:, step], atol=1e-4)
@@ -252,7 +252,7 @@ def test_a_shallow_decoder_has_its_own_depth_and_decodes_from_its_cache(sources)
     assert model.cross_attention_weights(sources, target).shape[1] == 1
     memory, source_mask = model.encode(sources)
     full_logits, _ = model.decode(target, memory, source_mask)
-    cache = model.init_cache(memory, source_mask, 6)
+    cache = model.init_cache(memory, source_mask)
     for step in range(6):
         logits, cache = model.decode_step(tf.constant(target[:, step]), tf.constant(step), cache)
         np.testing.assert_allclose(logits, full_logits[:, step], atol=1e-4)
@@ -299,7 +299,7 @@ class _BigramDecoder:
     def encode(self, source_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return tf.zeros([tf.shape(source_ids)[0], 1, 1]), tf.ones([tf.shape(source_ids)[0], 1])
 
-    def init_cache(self, memory: tf.Tensor, source_mask: tf.Tensor, length: tf.Tensor) -> dict:
+    def init_cache(self, memory: tf.Tensor, source_mask: tf.Tensor) -> dict:
         return {}  # the last token is all a bigram needs
 
     def decode_step(self, tokens: tf.Tensor, step: tf.Tensor, cache: dict):
@@ -630,7 +630,7 @@ class LoopingModel:
     def encode(self, source_ids):
         return tf.zeros([tf.shape(source_ids)[0], 1, 1]), tf.ones([tf.shape(source_ids)[0], 1])
 
-    def init_cache(self, memory, source_mask, length):
+    def init_cache(self, memory, source_mask):
         return tf.zeros([tf.shape(memory)[0]])
 
     def decode_step(self, last_tokens, step, cache):

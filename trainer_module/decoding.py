@@ -7,8 +7,8 @@ a sentence that reaches its length limit first simply ends without END_ID. L is 
 steps run (at most max(max_length)).
 
 max_length is a scalar or one limit per sentence [B] (see `max_decode_length`), so a sentence
-decodes the same whatever else is in its batch. Loop state has fixed shapes, with the model's
-key/value cache sized once for the longest limit.
+decodes the same whatever else is in its batch. A sentence leaves the loop's batch when it
+ends, and the model's key/value cache grows by a position a step.
 
 PAD_ID and START_ID never occur in target outputs, so they are never generated.
 
@@ -173,9 +173,10 @@ def _rows(structure: Any, keep: tf.Tensor) -> Any:
 
 
 def _any_batch(structure: Any) -> Any:
-    """The shape invariants of batch-first loop state whose batch shrinks."""
+    """The shape invariants of batch-first loop state whose batch shrinks and whose inner
+    sizes may change (a decoder cache grows by a position a step): all but the last axis."""
     return tf.nest.map_structure(lambda tensor: tf.TensorShape([None]).concatenate(
-        tensor.shape[1:]), structure)
+        [None] * (tensor.shape.rank - 2) + tensor.shape[1:][-1:]), structure)
 
 
 def _greedy_loop(next_logits: NextLogits, state: Any, limits: tf.Tensor,
@@ -232,7 +233,7 @@ def greedy_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf.Tens
     """
     limits, loop_length = _per_sentence(max_length, source_ids)
     memory, source_mask = model.encode(source_ids)
-    cache = model.init_cache(memory, source_mask, loop_length)
+    cache = model.init_cache(memory, source_mask)
     return _greedy_loop(model.decode_step, cache, limits, loop_length, loop_ngram,
                         loop_repeats, spelling)
 
@@ -266,7 +267,7 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
     # Beams of a sentence are consecutive rows: [A * beam_width, ...] for the A sentences still
     # searching; a sentence's beams leave the batch at the step it is done.
     cache = model.init_cache(tf.repeat(memory, beam_width, axis=0),
-                             tf.repeat(source_mask, beam_width, axis=0), loop_length)
+                             tf.repeat(source_mask, beam_width, axis=0))
     candidates = 2 * beam_width  # at most beam_width of them end in END_ID: enough remain alive
     first_rank = tf.range(candidates) < beam_width
 

@@ -44,6 +44,14 @@ def layer_norm(name: str, dtype: keras.mixed_precision.Policy) -> keras.layers.L
     return keras.layers.LayerNormalization(epsilon=1e-6, name=name, dtype=dtype)
 
 
+def _normalized(norm: keras.layers.LayerNormalization, x: tf.Tensor) -> tf.Tensor:
+    """norm(x) for x [B, T, D], or for one position [B, D] (a decoding step): a Keras
+    LayerNormalization built on rank 3 keeps that rank's axis."""
+    if x.shape.rank == 2:
+        return norm(x[:, None])[:, 0]
+    return norm(x)
+
+
 class TokenEmbedding(keras.layers.Layer):
     """Token embedding * sqrt(d_model) + sinusoidal position (unless the attention rotates by
     position instead: add_positions=False); the matrix can be the output layer."""
@@ -66,15 +74,27 @@ class TokenEmbedding(keras.layers.Layer):
 
         start_position lets incremental decoding embed one token at its true position.
         """
-        x = tf.gather(self.embeddings, token_ids) * math.sqrt(self.d_model)
+        x = tf.gather(self.table(), token_ids) * math.sqrt(self.d_model)
         if not self.add_positions:
             return x
         positions = start_position + tf.range(tf.shape(token_ids)[1])
         return x + tf.cast(positional_encoding(positions, self.d_model), x.dtype)
 
+    def table(self) -> tf.Tensor:
+        """The matrix [vocab_size, d_model], read whole. Gathering rows from the variable itself
+        (a sparse read) would switch it to copy-on-read: TensorFlow then copies all of it at
+        every later read, the tied output projection's, once per decoding step."""
+        return tf.convert_to_tensor(self.embeddings)
+
     def logits(self, x: tf.Tensor) -> tf.Tensor:
-        """x [B, T, d_model] -> [B, T, vocab_size] in x's dtype: the tied output projection."""
-        return tf.einsum("btd,vd->btv", x, tf.cast(self.embeddings, x.dtype))
+        """x [B, T, d_model], or one position [B, d_model] -> [..., vocab_size] in x's dtype:
+        the tied output projection."""
+        table = tf.cast(self.table(), x.dtype)
+        if x.shape.rank == 2:
+            # A decoding step's few rows: (table x^T)^T multiplies the matrix as it is stored,
+            # about twice as fast there as x table^T (BENCHMARKS.md, "Decoding speed").
+            return tf.transpose(tf.matmul(table, x, transpose_b=True))
+        return tf.einsum("btd,vd->btv", x, table)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
@@ -106,7 +126,10 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_projection = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
 
     def _split_heads(self, x: tf.Tensor) -> tf.Tensor:
-        """[B, T, d_model] -> [B, num_heads, T, depth]."""
+        """[B, T, d_model] -> [B, num_heads, T, depth]; one position [B, d_model] (a decoding
+        step, whose projections stay matrices: plain matmuls) -> [B, num_heads, 1, depth]."""
+        if x.shape.rank == 2:
+            return tf.reshape(x, [-1, self.num_heads, 1, self.depth])
         shape = tf.shape(x)
         x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.depth])
         return tf.transpose(x, [0, 2, 1, 3])
@@ -119,29 +142,34 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def project_key_value(self, memory: tf.Tensor, start_position: tf.Tensor | int = 0
                           ) -> tuple[tf.Tensor, tf.Tensor]:
-        """memory [B, Tk, d_model] at positions start_position.. -> keys, values, each
-        [B, num_heads, Tk, depth]."""
+        """memory [B, Tk, d_model] (or one position [B, d_model]) at positions
+        start_position.. -> keys, values, each [B, num_heads, Tk, depth]."""
         keys = self._split_heads(self.key_projection(memory))
         return (self._at_positions(keys, start_position),
                 self._split_heads(self.value_projection(memory)))
 
     def attend(self, query_input: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
-               attention_mask: tf.Tensor, start_position: tf.Tensor | int = 0
+               attention_mask: tf.Tensor | None, start_position: tf.Tensor | int = 0
                ) -> tuple[tf.Tensor, tf.Tensor]:
-        """Attend from query_input [B, Tq, d_model] at positions start_position.. over projected
-        keys/values [B, H, Tk, depth].
+        """Attend from query_input [B, Tq, d_model] (or one position [B, d_model]) at positions
+        start_position.. over projected keys/values [B, H, Tk, depth].
 
-        attention_mask: bool, rank 3, broadcastable to [B, Tq, Tk].
-        Returns output [B, Tq, d_model] and weights [B, H, Tq, Tk] float32.
+        attention_mask: bool, rank 3, broadcastable to [B, Tq, Tk]; None: every key.
+        Returns output [B, Tq, d_model] (one position: [B, d_model]) and weights
+        [B, H, Tq, Tk] float32.
         """
         queries = self._at_positions(self._split_heads(self.query_projection(query_input)),
                                      start_position) * self.depth ** -0.5
         scores = tf.cast(tf.einsum("bhqd,bhkd->bhqk", queries, keys), tf.float32)
-        scores = tf.where(attention_mask[:, None], scores, _MASKED_SCORE)
+        if attention_mask is not None:
+            scores = tf.where(attention_mask[:, None], scores, _MASKED_SCORE)
         weights = tf.nn.softmax(scores, axis=-1)
         context = tf.einsum("bhqk,bhkd->bqhd", tf.cast(weights, values.dtype), values)
-        shape = tf.shape(context)
-        context = tf.reshape(context, [shape[0], shape[1], self.d_model])
+        if query_input.shape.rank == 2:
+            context = tf.reshape(context, [-1, self.d_model])
+        else:
+            shape = tf.shape(context)
+            context = tf.reshape(context, [shape[0], shape[1], self.d_model])
         return self.output_projection(context), weights
 
     def call(self, query_input: tf.Tensor, memory: tf.Tensor,
@@ -196,7 +224,8 @@ class _TransformerLayer(keras.layers.Layer):
         self.self_attention_norm = layer_norm("self_attention_norm", self.dtype_policy)
 
     def _feed_forward_block(self, x: tf.Tensor, training: bool) -> tf.Tensor:
-        return x + self.dropout(self.feed_forward(self.feed_forward_norm(x)), training=training)
+        return x + self.dropout(self.feed_forward(_normalized(self.feed_forward_norm, x)),
+                                training=training)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
@@ -243,39 +272,35 @@ class DecoderLayer(_TransformerLayer):
         return self._feed_forward_block(x + self.dropout(attended, training=training),
                                         training), weights
 
-    def init_cache(self, memory: tf.Tensor, max_length: tf.Tensor) -> LayerCache:
-        """Cross-attention keys/values of memory [B, S, D] (computed once), and zeroed
-        self-attention keys/values [B, H, max_length, depth] for the positions to come."""
+    def init_cache(self, memory: tf.Tensor) -> LayerCache:
+        """Cross-attention keys/values of memory [B, S, D] (computed once), and self-attention
+        keys/values [B, H, 0, depth], which each step extends by its position."""
         cross_keys, cross_values = self.cross_attention.project_key_value(memory)
-        empty = tf.zeros([tf.shape(memory)[0], self.num_heads, max_length,
-                          self.self_attention.depth], dtype=cross_keys.dtype)
+        empty = tf.zeros([tf.shape(memory)[0], self.num_heads, 0, self.self_attention.depth],
+                         dtype=cross_keys.dtype)
         return {"self_keys": empty, "self_values": empty,
                 "cross_keys": cross_keys, "cross_values": cross_values}
 
     def decode_step(self, x: tf.Tensor, step: tf.Tensor, cache: LayerCache,
                     source_mask: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, LayerCache]:
-        """x [B, 1, D] at position `step` -> x [B, 1, D] and the cache with that position written.
+        """x [B, D] at position `step` -> x [B, D] and the cache extended by that position.
 
-        Only the new position is projected; earlier keys/values come from the cache, and the
-        unwritten positions > step are masked out.
+        Only the new position is projected; earlier keys/values come from the cache. One
+        position is a matrix, not [B, 1, D]: its projections are then plain matmuls, far fewer
+        ops a step than on rank 3. The cache holds the positions so far, not the longest
+        sentence's: a step copies and attends over step + 1 positions, not over all of them.
         """
-        normed = self.self_attention_norm(x)
+        normed = _normalized(self.self_attention_norm, x)
         new_keys, new_values = self.self_attention.project_key_value(normed, step)
-        keys = _write_position(cache["self_keys"], new_keys, step)
-        values = _write_position(cache["self_values"], new_values, step)
-        visible = tf.range(tf.shape(keys)[2]) <= step
-        attended, _ = self.self_attention.attend(normed, keys, values, visible[None, None, :],
-                                                 step)
+        keys = tf.concat([cache["self_keys"], new_keys], axis=2)
+        values = tf.concat([cache["self_values"], new_values], axis=2)
+        attended, _ = self.self_attention.attend(normed, keys, values, None, step)
         x = x + self.dropout(attended, training=training)
-        attended, _ = self.cross_attention.attend(self.cross_attention_norm(x), cache["cross_keys"],
-                                                  cache["cross_values"], source_mask[:, None, :])
+        attended, _ = self.cross_attention.attend(_normalized(self.cross_attention_norm, x),
+                                                  cache["cross_keys"], cache["cross_values"],
+                                                  source_mask[:, None, :])
         x = self._feed_forward_block(x + self.dropout(attended, training=training), training)
         return x, {**cache, "self_keys": keys, "self_values": values}
-
-
-def _write_position(cache: tf.Tensor, new: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
-    """cache [B, H, L, depth] with new [B, H, 1, depth] written at position step (fixed shape)."""
-    return tf.where((tf.range(tf.shape(cache)[2]) == step)[:, None], new, cache)
 
 
 class Transformer(keras.Model):
@@ -367,23 +392,24 @@ class Transformer(keras.Model):
         memory, source_mask = self.encode(source_ids)
         return self.decode(target_in_ids, memory, source_mask)[1]
 
-    def init_cache(self, memory: tf.Tensor, source_mask: tf.Tensor,
-                   max_length: tf.Tensor) -> DecoderCache:
-        """Cache for up to max_length decode steps over memory [B, S, D], source_mask [B, S]."""
+    def init_cache(self, memory: tf.Tensor, source_mask: tf.Tensor) -> DecoderCache:
+        """The decoding cache over memory [B, S, D], source_mask [B, S], before any step. Its
+        self-attention keys and values grow by a position a step (decoding loops give them
+        `decoding`'s loose shape invariants)."""
         return {"source_mask": source_mask,
-                "layers": [layer.init_cache(memory, max_length) for layer in self.decoder_layers]}
+                "layers": [layer.init_cache(memory) for layer in self.decoder_layers]}
 
     def decode_step(self, token_ids: tf.Tensor, step: tf.Tensor, cache: DecoderCache,
                     training: bool = False) -> tuple[tf.Tensor, DecoderCache]:
         """token_ids [B] int at position `step` (START_ID at 0) -> logits [B, V] float32 for the
         token at step + 1, and the updated cache (same structure and shapes)."""
-        x = self.target_embedding(token_ids[:, None], start_position=step)
+        x = self.target_embedding(token_ids[:, None], start_position=step)[:, 0]
         x = self.embedding_dropout(x, training=training)
         layer_caches = []
         for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
             x, layer_cache = layer.decode_step(x, step, layer_cache, cache["source_mask"], training)
             layer_caches.append(layer_cache)
-        logits = self._logits(self.decoder_norm(x))[:, 0]
+        logits = self._logits(_normalized(self.decoder_norm, x))
         return logits, {"source_mask": cache["source_mask"], "layers": layer_caches}
 
     def reorder_cache(self, cache: DecoderCache, indices: tf.Tensor) -> DecoderCache:
@@ -398,7 +424,7 @@ class Transformer(keras.Model):
                            for layer in cache["layers"]]}
 
     def _logits(self, x: tf.Tensor) -> tf.Tensor:
-        """[B, T, d_model] -> [B, T, target_vocab] float32 (softmax-safe under float16)."""
+        """[..., d_model] -> [..., target_vocab] float32 (softmax-safe under float16)."""
         if self.output_projection is None:
             logits = self.target_embedding.logits(x)
         else:
