@@ -266,11 +266,11 @@ def _figure(label: str, source: str, value: Cell) -> Row:
 GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
 GREEDY_INPUT, BEAM_INPUT = "greedy, input order", "beam 4, input order"
 # The export before issue #67's changes (f223834's), then today's, from the same weights.
-DECODING, DEFAULT_DECODING = "translate_speed_compaction_avx2.json", 1
+DECODING, DEFAULT_DECODING = "translate_speed_lean_avx2.json", 1
 # The AMD EPYC make run's model with the loop guard one pass per copy length, then in one
 # pass, then the rotary model.
 LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
-SERVING_PROFILE, EVALUATOR_TIME = "serving_profile_avx2.json", "evaluator_time_avx2.json"
+SERVING_PROFILE, EVALUATOR_TIME = "serving_profile_avx2.json", "evaluator_time_lean_avx2.json"
 
 
 def _faster_than_before(variant: str) -> Callable[[dict], str]:
