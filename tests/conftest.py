@@ -49,8 +49,9 @@ SMOKE_ROOT_MODULES = {"test_data_pipeline", "test_evaluate", "test_metadata",
                       "test_metadata_stores", "test_pipeline_e2e"}
 # The Flink modules, one after the other on one worker: test_flink.py counts the engine
 # processes alive (job servers, worker pools, SDK workers), which the session cluster's of
-# test_flink_cluster.py would be among; and two Flink engines at once would share 2 cores.
-FLINK_MODULES = {"test_flink", "test_flink_cluster"}
+# test_flink_cluster.py and test_worker_pool.py's SDK workers would be among; and two Flink
+# engines at once would share 2 cores.
+FLINK_MODULES = {"test_flink", "test_flink_cluster", "test_worker_pool"}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -199,7 +199,7 @@ def test_no_taskmanager_left_fails_naming_the_component_and_a_rerun_completes(
     for _ in range(2):
         flink_cluster.add_taskmanager(cluster.directory)
     assert failed.returncode == 1, failed.stderr[-5000:]
-    # attempts x (delay + slot.request.timeout) = 2 x 35 s, then the job server's report
+    # attempts x (delay + slot.request.timeout) = 2 x 50 s, then the job server's report
     assert waited < 150, waited
     assert last_line(failed.stderr).startswith(
         "nmt: error: StatisticsGen failed on Flink (no TaskManager offered a slot within the "
