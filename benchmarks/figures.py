@@ -134,12 +134,14 @@ def _component(component: str, mode: str, size: int, key: str,
 
 
 def _failed(mode: str, size: int) -> Callable[[dict], str]:
-    """The components of a scale.py result that failed in one Beam mode and corpus size
-    ("–": none); the other cells of its row count only those that completed."""
+    """The components of a scale.py result that failed in one Beam mode and corpus size, in
+    their newest row (a later sitting's run of the component replaces a failed one; "–":
+    none); the other cells of its row count only those that completed."""
     def cell(record: dict) -> str:
-        return ", ".join(row["component"] for row in record["figures"]["rows"]
-                         if row["mode"] == mode and row["size"] == size
-                         and row.get("status") != "ok") or "–"
+        newest = {row["component"]: row for row in record["figures"]["rows"]
+                  if row["mode"] == mode and row["size"] == size}
+        return ", ".join(component for component, row in newest.items()
+                         if row.get("status") != "ok") or "–"
     return cell
 
 
