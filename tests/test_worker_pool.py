@@ -5,8 +5,6 @@ control protocol as a TaskManager does (a stream that stays open until the TaskM
 its environment); no Flink. Beam's own servicer killed the other TaskManager's worker."""
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from concurrent import futures
@@ -15,7 +13,7 @@ import grpc
 import pytest
 from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
 
-from engines import worker_pool
+from engines import flink, worker_pool
 
 pytestmark = pytest.mark.flink
 
@@ -56,7 +54,8 @@ def _wait(condition, what: str, seconds: float = 60) -> None:
 
 
 def test_one_taskmanagers_stop_leaves_the_others_worker_of_the_same_id_running(monkeypatch):
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    # The pool starts workers as `python`: this venv's, as the cluster's pool does.
+    monkeypatch.setenv("PATH", flink.engine_env()["PATH"])
     pool = worker_pool.WorkerPool()
     first, second = _TaskManagerControl(), _TaskManagerControl()
     try:
