@@ -3,10 +3,12 @@ eval_config, the DirectRunner in memory on one worker), on one ExampleGen output
 once per model in alternating rounds, through LocalDagRunner. A model is a directory that
 holds `Format-Serving/`, as a Trainer's Model artifact does (`benchmarks/reexport.py --out
 DIR/Format-Serving` exports trained weights with this checkout's code, or another's).
+With `--checkout`, each checkout's own Evaluator code (its metrics and eval_config) runs
+each model, in a process of its own, checkouts and models alternating in every round.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.evaluator_time \\
-        --examples RUN/FraTxtExampleGen/examples/N --model DIR_A --model DIR_B \\
-        [--rounds 2] [--output evaluator_time.json]
+        --examples RUN/FraTxtExampleGen/examples/N --model DIR_A [--model DIR_B] \\
+        [--checkout DIR_1 --checkout DIR_2] [--rounds 2] [--output evaluator_time.json]
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import argparse
 import glob
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -54,28 +58,64 @@ def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[flo
     return seconds, artifacts.evaluation_metrics(evaluation)
 
 
+def checkout_seconds(checkout: str, examples_uri: str, model_uri: str) -> tuple[float, dict]:
+    """evaluator_seconds with another checkout's code, in a process of its own."""
+    with tempfile.TemporaryDirectory() as tmp:
+        output = os.path.join(tmp, "one.json")
+        subprocess.run([sys.executable, "-m", "benchmarks.evaluator_time", "--examples",
+                        examples_uri, "--model", model_uri, "--rounds", "1", "--output",
+                        output], cwd=checkout, env={**os.environ, "PYTHONPATH": checkout},
+                       stdout=subprocess.DEVNULL, check=True)
+        with open(output, encoding="utf-8") as f:
+            figures = json.load(f)["figures"]["models"][model_uri]
+    return figures["seconds"][0], figures["metrics"]
+
+
+def _commit(checkout: str) -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short=7", "HEAD") + ("+dirty" if dirty else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", required=True, help="an ExampleGen output directory")
     parser.add_argument("--model", required=True, action="append",
                         help="a directory holding Format-Serving/ (repeat to compare models)")
+    parser.add_argument("--checkout", action="append", default=[],
+                        help="a checkout whose Evaluator code runs the models (repeat to "
+                        "compare code; default: this one, in this process)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--output", default="evaluator_time.json",
                         help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
-    seconds = {model: [] for model in args.model}
+    variants = [(checkout, model) for checkout in args.checkout or [None]
+                for model in args.model]
+
+    def label(checkout: str | None, model: str) -> str:
+        return model if checkout is None else f"{_commit(checkout)} {model}"
+
+    seconds = {variant: [] for variant in variants}
     metrics = {}
-    for _ in range(args.rounds):  # alternating: every model once per round
-        for model in args.model:
-            with tempfile.TemporaryDirectory() as root:
-                took, metrics[model] = evaluator_seconds(args.examples, model, root)
-            seconds[model].append(round(took, 1))
+    for _ in range(args.rounds):  # alternating: every variant once per round
+        for checkout, model in variants:
+            if checkout is None:
+                with tempfile.TemporaryDirectory() as root:
+                    took, metrics[checkout, model] = evaluator_seconds(args.examples, model,
+                                                                       root)
+            else:
+                took, metrics[checkout, model] = checkout_seconds(checkout, args.examples,
+                                                                  model)
+            seconds[checkout, model].append(round(took, 1))
     results.emit(args.output, "TFX's Evaluator on the eval split, as make run runs it, per "
-                 "model in alternating rounds", {
+                 "model (and checkout) in alternating rounds", {
                      "examples": args.examples, "rounds": args.rounds,
-                     "models": {model: {"seconds": seconds[model], "metrics": metrics[model]}
-                                for model in args.model}})
+                     "models": {label(*variant): {"seconds": seconds[variant],
+                                                  "metrics": metrics[variant]}
+                                for variant in variants}})
 
 
 if __name__ == "__main__":

@@ -5,14 +5,16 @@ and change thresholds cannot use it), scores 1-D labels as 0.0 and raises on
 bytes. The metrics here return a plain ``float`` on sacreBLEU's 0-100 scale and
 are exact at corpus level on any number of Beam workers: each example adds
 sacreBLEU's own per-segment sufficient statistics (computed by sacreBLEU's
-``BLEU`` / ``CHRF`` objects, so tokenisation (13a) and maths are sacreBLEU's),
-accumulators merge by summing those integer statistics, and the score is
+``BLEU`` / ``CHRF`` objects, so tokenisation (13a) and maths are sacreBLEU's;
+computed once per example by a TFMA preprocessor, whatever the number of slices
+the example falls in), accumulators merge by summing those integer statistics,
+and the score is
 computed once, from the summed statistics, in ``extract_output``. The result
 equals ``sacrebleu.corpus_bleu(hyps, ref_streams).score`` (resp.
 ``corpus_chrf``) where ``ref_streams`` are the per-example references padded
 with ``None`` to the largest reference count.
 
-Inputs, per example (TFMA feeds combiners one unbatched example at a time):
+Inputs, per example (TFMA feeds preprocessors one unbatched example at a time):
 
 * prediction: the translation, ``bytes`` or ``str`` (numpy scalars, 0-d or
   one-element arrays/lists accepted). If the model's output is a dict, the
@@ -228,17 +230,21 @@ def _select(value: Any, keys: Iterable[str]) -> Any:
     return value
 
 
-class _CorpusStatsCombiner(beam.CombineFn):
-    """Sums sacreBLEU sufficient statistics; scores only in extract_output."""
+class _SegmentStatistics(metric_types.Preprocessor):
+    """sacreBLEU's statistics of one example's translation against its references.
 
-    def __init__(self, key: metric_types.MetricKey, kind: str,
-                 options: Dict[str, Any],
+    A preprocessor, so TFMA computes them once per example, before it fans the examples out
+    to their slices (overall and each length): the combiners of every slice only sum them.
+    """
+
+    def __init__(self, key: metric_types.MetricKey, statistics: CorpusStatistics,
                  eval_config: Optional[config_pb2.EvalConfig], model_name: str,
                  output_name: str, prediction_key: Optional[str],
                  ignore_empty_references: bool, max_references: int):
+        super().__init__(name=f'_segment_statistics_{key.name}_{model_name}_{output_name}')
         self._key = key
+        self._stats = statistics
         self._max_references = max_references or None
-        self._stats = CorpusStatistics(kind, options)
         self._model_name = model_name
         self._output_name = output_name
         self._ignore_empty_references = ignore_empty_references
@@ -268,13 +274,24 @@ class _CorpusStatsCombiner(beam.CombineFn):
         references = to_references(label, self._ignore_empty_references)
         return to_hypothesis(prediction), references[:self._max_references]
 
+    def process(self, extracts) -> Iterable[_Stats]:
+        element = metric_util.to_standard_metric_inputs(extracts)
+        yield self._stats.segment(*self._hypothesis_and_references(element))
+
+
+class _CorpusStatsCombiner(beam.CombineFn):
+    """Sums the examples' statistics (from _SegmentStatistics); scores only in
+    extract_output."""
+
+    def __init__(self, key: metric_types.MetricKey, statistics: CorpusStatistics):
+        self._key = key
+        self._stats = statistics
+
     def create_accumulator(self) -> _Stats:
         return self._stats.zeros()
 
-    def add_input(self, accumulator: _Stats, element) -> _Stats:
-        hypothesis, references = self._hypothesis_and_references(element)
-        return CorpusStatistics.add(
-            accumulator, self._stats.segment(hypothesis, references))
+    def add_input(self, accumulator: _Stats, stats: _Stats) -> _Stats:
+        return CorpusStatistics.add(accumulator, stats)
 
     def merge_accumulators(self, accumulators: Iterable[_Stats]) -> _Stats:
         result = None
@@ -307,16 +324,16 @@ def _make_computations_fn(kind: str, option_names: tuple[str, ...]) -> Callable:
         key = metric_types.MetricKey(
             name=name, model_name=model_name, output_name=output_name,
             sub_key=sub_key)
+        statistics = CorpusStatistics(kind, options)
         return [
             metric_types.MetricComputation(
                 keys=[key],
-                preprocessors=None,  # default StandardMetricInputs
-                combiner=_CorpusStatsCombiner(
-                    key=key, kind=kind, options=options, eval_config=eval_config,
-                    model_name=model_name, output_name=output_name,
-                    prediction_key=prediction_key,
+                preprocessors=[_SegmentStatistics(
+                    key, statistics, eval_config=eval_config, model_name=model_name,
+                    output_name=output_name, prediction_key=prediction_key,
                     ignore_empty_references=ignore_empty_references,
-                    max_references=max_references))
+                    max_references=max_references)],
+                combiner=_CorpusStatsCombiner(key, statistics))
         ]
 
     # merge_per_key_computations inspects the *named* args to decide what to

@@ -89,11 +89,34 @@ def _expected(kind, hyps, refs):
     return fn(hyps, _ref_streams(refs)).score
 
 
-def _combiner(metric, **eval_config_kwargs):
+class _Chained:
+    """A metric's preprocessor and combiner chained as TFMA chains them (the preprocessor's
+    output per example is the combiner's input), with the combiner's interface."""
+
+    def __init__(self, computation: metric_types.MetricComputation):
+        (self.preprocessor,) = computation.preprocessors
+        self.combiner = computation.combiner
+        self._key = self.combiner._key
+
+    def create_accumulator(self):
+        return self.combiner.create_accumulator()
+
+    def add_input(self, accumulator, element):
+        (stats,) = self.preprocessor.process(element)
+        return self.combiner.add_input(accumulator, stats)
+
+    def merge_accumulators(self, accumulators):
+        return self.combiner.merge_accumulators(accumulators)
+
+    def extract_output(self, accumulator):
+        return self.combiner.extract_output(accumulator)
+
+
+def _combiner(metric, **eval_config_kwargs) -> _Chained:
     computations = metric.computations(
         eval_config=tfma.EvalConfig(**eval_config_kwargs))
     assert len(computations) == 1
-    return computations[0].combiner
+    return _Chained(computations[0])
 
 
 def _inputs(prediction, label):
@@ -404,8 +427,13 @@ RAW_GROUPS = ['a', 'a', 'b', 'b', 'b', 'a']
 
 
 @pytest.mark.parametrize('passing', [True, False], ids=['passes', 'fails'])
-def test_analyze_raw_data_value_thresholds(tmp_path, passing):
-    """TFMA end to end on a DataFrame: bytes prediction column, VarLen bytes labels."""
+def test_analyze_raw_data_value_thresholds(tmp_path, passing, monkeypatch):
+    """TFMA end to end on a DataFrame: bytes prediction column, VarLen bytes labels; each
+    example's statistics computed once per metric, though it is in two slices."""
+    segments = []
+    segment = tfma_metrics.CorpusStatistics.segment
+    monkeypatch.setattr(tfma_metrics.CorpusStatistics, 'segment',
+                        lambda self, *args: segments.append(self.kind) or segment(self, *args))
     bleu = _expected('bleu', RAW_HYPS, RAW_REFS)
     chrf = _expected('chrf', RAW_HYPS, RAW_REFS)
     df = pd.DataFrame({
@@ -433,6 +461,7 @@ def test_analyze_raw_data_value_thresholds(tmp_path, passing):
     output = str(tmp_path)
     tfma.analyze_raw_data(df, config, output_path=output)
 
+    assert sorted(segments) == ['bleu'] * len(RAW_HYPS) + ['chrf'] * len(RAW_HYPS)
     metrics = _metrics_by_slice(output)
     assert metrics[()][('corpus_bleu', '', False)] == pytest.approx(bleu, abs=TOL)
     assert metrics[()][('corpus_chrf', '', False)] == pytest.approx(chrf, abs=TOL)
