@@ -273,6 +273,9 @@ DECODING, DEFAULT_DECODING = "translate_speed_lean_avx2.json", 1
 # pass, then the rotary model.
 LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
 SERVING_PROFILE, EVALUATOR_TIME = "serving_profile_avx2.json", "evaluator_time_lean_avx2.json"
+# The same export, the Evaluator's code before and after sacreBLEU's statistics moved into a
+# TFMA preprocessor.
+EVALUATOR_STATISTICS = "evaluator_time_preprocessor_avx2.json"
 
 
 def _faster_than_before(variant: str) -> Callable[[dict], str]:
@@ -440,6 +443,8 @@ TABLES = (
                 lambda r: _per_model(r, "nmt_evaluate")),
         _figure("the Evaluator in `make run`'s setting, s, before / today", EVALUATOR_TIME,
                 lambda r: _per_model(r, "models")),
+        _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
+                EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("training step, ms, mixed_bfloat16 / float32",
                 "step_time_loss_gradient_amx.json",
                 "{figures[ms_per_step_median][bf16]:.0f} / "

@@ -208,6 +208,16 @@ def fra_sample(fra_txt, tmp_path_factory) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def direct_run(fra_sample, tmp_path_factory) -> str:
+    """The sample through Transform on the DirectRunner (in memory): the reference whose
+    outputs the Flink modules' engines must give (one run for both; they share a worker)."""
+    root = str(tmp_path_factory.mktemp("direct"))
+    run = run_nmt(*smoke_args(fra_sample, root, SMOKE_TRAIN_STEPS), "--to", "Transform")
+    assert run.returncode == 0, run.stderr[-5000:]
+    return root
+
+
 class NmtRun:
     """`nmt run ARGS` in a fresh process: plain, verbose, on a "full disk", or measuring
     memory."""

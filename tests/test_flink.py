@@ -157,15 +157,6 @@ def flink_run(fra_sample, tmp_path_factory) -> FlinkRun:
     return FlinkRun(root, "".join(log), victims[0], status, rerun, most_workers, environments)
 
 
-@pytest.fixture(scope="module")
-def direct_run(fra_sample, tmp_path_factory) -> str:
-    """The same sample through Transform on the DirectRunner (in memory), the reference."""
-    root = str(tmp_path_factory.mktemp("direct"))
-    run = run_nmt(*smoke_args(fra_sample, root, TRAIN_STEPS), *DATA_AND_TRANSFORM)
-    assert run.returncode == 0, run.stderr[-5000:]
-    return root
-
-
 def test_flink_gives_the_directrunners_data_outputs(flink_run, direct_run):
     on_flink, on_direct = _outputs(flink_run.root), _outputs(direct_run)
     assert set(on_flink["examples"]) == {"train", "eval", "test"}

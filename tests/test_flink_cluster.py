@@ -16,7 +16,7 @@ import time
 import pytest
 
 from helpers import REPO, last_line, live_artifacts, run_nmt, smoke_args, versions
-from test_flink import TRAIN_STEPS, _outputs, direct_run  # noqa: F401  (a fixture, reused)
+from test_flink import TRAIN_STEPS, _outputs
 from engines import flink_cluster, flink_conf, flink_jobs
 from engines import flink
 
