@@ -115,11 +115,17 @@ def _speedup(size: int, key: str = "subprocess_s",
     return cell
 
 
+def _newest_rows(record: dict, mode: str, size: int) -> list:
+    """_scale_rows of all components, each component's newest only (a result that holds two
+    sittings of a mode counts each component once)."""
+    return list({row["component"]: row for row in _scale_rows(record, mode, size)}.values())
+
+
 def _data_half(mode: str, size: int, key: str, fold: Callable = sum) -> Callable[[dict], str]:
     """The data half's seconds (summed) or peak MB (the largest) over its components, from a
     scale.py result, for one Beam mode and corpus size."""
     def cell(record: dict) -> str:
-        values = [row[key] for row in _scale_rows(record, mode, size)]
+        values = [row[key] for row in _newest_rows(record, mode, size)]
         return f"{fold(values):,.0f}" if values else NOT_MEASURED
     return cell
 
@@ -150,7 +156,7 @@ def _at_peak(mode: str, size: int, kinds: tuple[str, ...]) -> Callable[[dict], s
     largest peak_rss_mb), from a scale.py result that split the peak by kind (a kind the mode
     did not have held nothing)."""
     def cell(record: dict) -> str:
-        rows = _scale_rows(record, mode, size)
+        rows = _newest_rows(record, mode, size)
         if not rows:
             return NOT_MEASURED
         peak = max(rows, key=lambda row: row["peak_rss_mb"])

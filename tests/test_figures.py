@@ -102,6 +102,13 @@ def test_the_cluster_table_counts_the_clusters_processes_and_a_lost_taskmanagers
                                           "2,090"]
     assert lost.split(" | ")[3] == ("+70 s, Transform +60 s (killed 30 s into Transform's job, "
                                     "restarted 1×)")
+    # a second sitting of the cluster's run, appended: its row replaces the first's
+    results.write(str(tmp_path / "scale_engines_16x_cluster.json"), "a test", {"rows": [
+        row("flink_cluster", 400.0, 150.0),
+        row("flink_cluster", 430.0, 160.0, peak_rss_mb=4500.0, at_peak_jvm_mb=300.0)]})
+    *_, cluster, _ = figures.render(table, str(tmp_path)).splitlines()
+    assert cluster.split(" | ")[2:10] == ["430", "–", "4,500", "800", "1,010", "300", "700",
+                                          "2,090"]
 
 
 def test_write_records_the_layout_and_the_machine(tmp_path):
