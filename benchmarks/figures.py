@@ -607,7 +607,8 @@ TABLES = (
     Table("warm-chain-runs", ("arm", "run", "budget min", "model", "its steps", "steps in all",
                               "dev BLEU", "dev chrF", "machine", "commit", "result file"),
           (Row("warm_chain_*.json", (
-              "{item[arm]}", "{item[run]}", "{item[minutes]:g}",
+              "{item[arm]}", "{item[run]}",
+              lambda r: f"{r['item']['minutes']:g}" if r["item"].get("minutes") else "–",
               "{item[model_shape][num_layers]} encoder layers, d_model "
               "{item[model_shape][d_model]}", "{item[train_steps]:,}",
               "{item[total_train_steps]:,}", "{item[dev_bleu]:.2f}", "{item[dev_chrf]:.2f}",

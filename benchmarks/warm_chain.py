@@ -13,6 +13,10 @@ Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --wo
                       cooldown and weight average span their fractions of all the steps behind
                       it, as one long run's would (the last run's tail)
   chain_2x30          two runs of 3 units; its first run is "fresh 30", the second continues it
+  chain_3x_steps      three runs of a third of "fresh 30"'s steps each (`--train-steps`, no
+                      budget), each warm-started from the one before: the chain's schedule
+                      alone, without the minutes each run of a time-budgeted chain spends
+                      starting, exporting and evaluating (needs chain_2x30's first run)
   fresh_60            one run of 6 units from scratch
   spans               fra.txt cut into two spans by a hash of the English sentence: a run of 1
                       unit on span 1, then one of 1 unit warm-started on span 2 alone, against
@@ -41,7 +45,7 @@ from benchmarks.paired import paired_bootstrap, read_lines
 
 SERVING = os.path.join("serving", "nmt-fra-eng")
 ARMS = ("chain_3x10", "chain_2x30", "chain_3x10_restart", "chain_3x10_total_tail", "fresh_60",
-        "spans")
+        "spans", "chain_3x_steps")
 # (arm, run index) pairs compared: candidate against baseline.
 COMPARISONS = (
     ("chain of 3 x 1 unit against 3 units from scratch", ("chain_3x10", 2), ("chain_2x30", 0)),
@@ -55,6 +59,8 @@ COMPARISONS = (
      "scratch", ("chain_3x10_total_tail", 2), ("chain_2x30", 0)),
     ("1 unit on span 1 then 1 warm on span 2, against 2 units from scratch on both",
      ("spans", 1), ("spans", 2)),
+    ("chain of 3 runs of a third of its steps each, against 3 units from scratch",
+     ("chain_3x_steps", 2), ("chain_2x30", 0)),
 )
 
 
@@ -73,6 +79,10 @@ def runs_of(arm: str, unit: float, work: str) -> list[dict]:
         return [{"minutes": 3 * unit, "root": root}] * 2
     if arm == "fresh_60":
         return [{"minutes": 6 * unit, "root": root}]
+    if arm == "chain_3x_steps":
+        with open(os.path.join(work, "chain_2x30.json"), encoding="utf-8") as f:
+            fresh = json.load(f)["runs"][0]["train_steps"]
+        return [{"steps": round(fresh / 3), "root": root}] * 3
     spans = os.path.join(work, "spans_data", "fra-{SPAN}.txt")
     return [{"minutes": unit, "root": root, "data": spans, "spans_present": 1},
             {"minutes": unit, "root": root, "data": spans, "spans_present": 2},
@@ -111,9 +121,11 @@ def train(run: dict, fra_txt: str) -> dict:
     if "spans_present" in run:
         write_spans(fra_txt, os.path.dirname(run["data"]), run["spans_present"])
     before = newest_version(run["root"])
+    length = (["--train-steps", str(run["steps"])] if "steps" in run
+              else ["--train-minutes", f"{run['minutes']:g}"])
     command = [os.path.join(os.path.dirname(sys.executable), "nmt"), "run", "--data", data,
-               "--pipeline-root", run["root"], "--warm-start", "--train-minutes",
-               f"{run['minutes']:g}", "--min-bleu", "0", *run.get("flags", [])]
+               "--pipeline-root", run["root"], "--warm-start", *length, "--min-bleu", "0",
+               *run.get("flags", [])]
     print("$ " + " ".join(command), flush=True)
     started = time.monotonic()
     subprocess.run(command, check=True)
@@ -145,10 +157,11 @@ def run_arm(arm: str, args: argparse.Namespace, sources: list[str],
     planned = runs_of(arm, args.unit, args.work)
     for index in range(len(state["runs"]), len(planned)):
         run = planned[index]
-        print(f"{arm}: run {index + 1} of {len(planned)}, {run['minutes']:g} minutes",
-              flush=True)
-        done = {"minutes": run["minutes"], **train(run, args.data), "machine": results.machine(),
-                "commit": results.commit()}
+        length = (f"{run['steps']:,} steps" if "steps" in run
+                  else f"{run['minutes']:g} minutes")
+        print(f"{arm}: run {index + 1} of {len(planned)}, {length}", flush=True)
+        done = {"minutes": run.get("minutes"), **train(run, args.data),
+                "machine": results.machine(), "commit": results.commit()}
         done.update(dev_scores(done["model"], sources, references))
         print(f"{arm}: run {index + 1}: {done['train_steps']:,} steps "
               f"({done['total_train_steps']:,} in all), dev BLEU {done['dev_bleu']:.2f}",
