@@ -71,14 +71,6 @@ def checkout_seconds(checkout: str, examples_uri: str, model_uri: str) -> tuple[
     return figures["seconds"][0], figures["metrics"]
 
 
-def _commit(checkout: str) -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return git("rev-parse", "--short=7", "HEAD") + ("+dirty" if dirty else "")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,7 +88,7 @@ def main() -> None:
                 for model in args.model]
 
     def label(checkout: str | None, model: str) -> str:
-        return model if checkout is None else f"{_commit(checkout)} {model}"
+        return model if checkout is None else f"{results.commit(checkout)} {model}"
 
     seconds = {variant: [] for variant in variants}
     metrics = {}

@@ -32,18 +32,19 @@ FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", 
             "amx_int8")
 
 
-def _run(command: list[str]) -> str | None:
+def _run(command: list[str], cwd: str = REPO) -> str | None:
     try:
         return subprocess.run(command, capture_output=True, text=True, check=True,
-                              cwd=REPO).stdout.strip()
+                              cwd=cwd).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
-def commit() -> str | None:
-    """HEAD's hash, marked "+dirty" when tracked files differ from it."""
-    head = _run(["git", "rev-parse", "--short=7", "HEAD"])
-    if head and _run(["git", "status", "--porcelain", "--untracked-files=no"]):
+def commit(checkout: str = REPO) -> str | None:
+    """HEAD's hash of a checkout (this one by default), marked "+dirty" when tracked files
+    differ from it."""
+    head = _run(["git", "rev-parse", "--short=7", "HEAD"], checkout)
+    if head and _run(["git", "status", "--porcelain", "--untracked-files=no"], checkout):
         head += "+dirty"
     return head
 
