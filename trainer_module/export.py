@@ -78,7 +78,9 @@ class Translator(tf.Module):
 
     The model's variables are tracked, not the Keras model itself: saving a tracked Keras model
     also traces every layer's call for Keras' own loader, which nothing here uses and which
-    took most of the export's time (docs/benchmarks-history.md, "Export").
+    took most of the export's time (docs/benchmarks-history.md, "Export"). Transform's Keras
+    layer is not tracked either, for the same reason (Keras traced a default signature of it):
+    what it tracks itself, its loaded Transform graph with the vocabularies, is.
     """
 
     def __init__(self, model: Transformer, tf_transform_output: tft.TFTransformOutput,
@@ -87,7 +89,10 @@ class Translator(tf.Module):
         self._model = lambda: model  # a function attribute is not tracked
         self.model_variables = list(model.variables)
         self.hparams = hparams
-        self.tft_layer = tf_transform_output.transform_features_layer()
+        tft_layer = tf_transform_output.transform_features_layer()
+        self._tft_layer = lambda: tft_layer
+        # The layer's own tracking (TransformFeaturesLayer tracks its loader's attributes so).
+        self.transform_graph = tft_layer._saved_model_loader_tracked_dict
         self.source_tokens = tf.constant(id_to_token(tf_transform_output, SOURCE_VOCAB))
         target_tokens = id_to_token(tf_transform_output, TARGET_VOCAB)
         self.target_tokens = tf.constant(target_tokens)
@@ -99,10 +104,16 @@ class Translator(tf.Module):
     def model(self) -> Transformer:
         return self._model()
 
+    def transform(self, features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Raw features -> Transform's outputs (its graph as the Trainer's input saw them)."""
+        return self._tft_layer()(features)
+
+    @_traced(tf.TensorSpec([None], tf.string))
     def tokens(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """[N] texts -> their ids [N, (T)], as the model sees them (Transform's graph:
-        normalization, then SentencePiece or WordPiece)."""
-        return self.tft_layer({ENGLISH: tf.reshape(texts, [-1, 1])})[SOURCE_IDS]
+        normalization, then SentencePiece or WordPiece). A tf.function of its own, traced once
+        for the several calls of every signature (as greedy_ids)."""
+        return self.transform({ENGLISH: tf.reshape(texts, [-1, 1])})[SOURCE_IDS]
 
     def padded(self, ids: tf.RaggedTensor) -> tuple[tf.Tensor, tf.Tensor]:
         """`tokens`' ids -> ids [B, S] int32 (PAD_ID-padded, cut at max_source_length) and the
@@ -119,6 +130,7 @@ class Translator(tf.Module):
         """[N] texts -> [N] int32: their English tokens, as the model would see them."""
         return tf.cast(self.tokens(english).row_lengths(), tf.int32)
 
+    @_traced(tf.TensorSpec([None], tf.string))
     def chunks(self, sentences: tf.Tensor
                ) -> tuple[tf.RaggedTensor, tf.Tensor, tf.RaggedTensor]:
         """[N] sentences -> the pieces each is translated in [N, (C)], [N] the tokens of its
@@ -301,7 +313,7 @@ class Translator(tf.Module):
 
     def reference_token_stats(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
         """reference_token_sums over each serialized example's French references."""
-        features = self.tft_layer(tf.io.parse_example(examples, self._raw_spec))
+        features = self.transform(tf.io.parse_example(examples, self._raw_spec))
         return reference_token_sums(self.model, features[SOURCE_IDS], features[TARGET_IDS],
                                     self.hparams)
 
@@ -313,7 +325,7 @@ class Translator(tf.Module):
 
     @_signature("examples")
     def serve_transform_features(self, examples):
-        features = self.tft_layer({ENGLISH: tf.reshape(self.parse_english(examples), [-1, 1])})
+        features = self.transform({ENGLISH: tf.reshape(self.parse_english(examples), [-1, 1])})
         return {LENGTH_BUCKET: features[LENGTH_BUCKET]}
 
 
