@@ -282,6 +282,17 @@ SERVING_PROFILE, EVALUATOR_TIME = "serving_profile_avx2.json", "evaluator_time_l
 # The same export, the Evaluator's code before and after sacreBLEU's statistics moved into a
 # TFMA preprocessor.
 EVALUATOR_STATISTICS = "evaluator_time_preprocessor_avx2.json"
+# One model's export by the code before and after Transform's layer left the object graph.
+EXPORT_TIME = "export_time_avx2.json"
+
+
+def _export_seconds(record: dict) -> str:
+    """Each checkout's median export time (before / today), and the translations that differ."""
+    checkouts = record["figures"]["checkouts"].values()
+    differ = max(n for c in checkouts for n in c["translations_differing_from_first_checkout"]
+                 .values())
+    return (" / ".join(f"{c['export_median_seconds']:.1f}" for c in checkouts)
+            + f" ({differ} of {record['figures']['dev_lines']} dev translations differ)")
 
 
 def _faster_than_before(variant: str) -> Callable[[dict], str]:
@@ -451,6 +462,10 @@ TABLES = (
                 lambda r: _per_model(r, "models")),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
+        _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
+                "of 3)", EXPORT_TIME, _export_seconds),
+        _figure("the same for the smoke profile's (the tests')", "export_time_smoke_avx2.json",
+                _export_seconds),
         _figure("training step, ms, mixed_bfloat16 / float32",
                 "step_time_loss_gradient_amx.json",
                 "{figures[ms_per_step_median][bf16]:.0f} / "
