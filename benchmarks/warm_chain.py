@@ -114,6 +114,13 @@ def newest_version(root: str) -> str | None:
     return os.path.join(serving, str(versions[-1])) if versions else None
 
 
+def run_length(run: dict) -> tuple[list[str], str]:
+    """A run's length as `nmt run` flags, and in words: a step count or a time budget."""
+    if "steps" in run:
+        return ["--train-steps", str(run["steps"])], f"{run['steps']:,} steps"
+    return ["--train-minutes", f"{run['minutes']:g}"], f"{run['minutes']:g} minutes"
+
+
 def train(run: dict, fra_txt: str) -> dict:
     """One `nmt run`; returns the pushed model's path, wall minutes and training record."""
     from trainer_module.warm_start import read_record  # TensorFlow: only when training
@@ -121,10 +128,9 @@ def train(run: dict, fra_txt: str) -> dict:
     if "spans_present" in run:
         write_spans(fra_txt, os.path.dirname(run["data"]), run["spans_present"])
     before = newest_version(run["root"])
-    length = (["--train-steps", str(run["steps"])] if "steps" in run
-              else ["--train-minutes", f"{run['minutes']:g}"])
     command = [os.path.join(os.path.dirname(sys.executable), "nmt"), "run", "--data", data,
-               "--pipeline-root", run["root"], "--warm-start", *length, "--min-bleu", "0",
+               "--pipeline-root", run["root"], "--warm-start", *run_length(run)[0],
+               "--min-bleu", "0",
                *run.get("flags", [])]
     print("$ " + " ".join(command), flush=True)
     started = time.monotonic()
@@ -157,9 +163,7 @@ def run_arm(arm: str, args: argparse.Namespace, sources: list[str],
     planned = runs_of(arm, args.unit, args.work)
     for index in range(len(state["runs"]), len(planned)):
         run = planned[index]
-        length = (f"{run['steps']:,} steps" if "steps" in run
-                  else f"{run['minutes']:g} minutes")
-        print(f"{arm}: run {index + 1} of {len(planned)}, {length}", flush=True)
+        print(f"{arm}: run {index + 1} of {len(planned)}, {run_length(run)[1]}", flush=True)
         done = {"minutes": run.get("minutes"), **train(run, args.data),
                 "machine": results.machine(), "commit": results.commit()}
         done.update(dev_scores(done["model"], sources, references))
