@@ -284,6 +284,8 @@ SERVING_PROFILE, EVALUATOR_TIME = "serving_profile_avx2.json", "evaluator_time_l
 EVALUATOR_STATISTICS = "evaluator_time_preprocessor_avx2.json"
 # One model's export by the code before and after Transform's layer left the object graph.
 EXPORT_TIME = "export_time_avx2.json"
+# Decoding of those two exports of the default recipe's weights (before / today).
+EXPORT_DECODING = "translate_speed_export_avx2.json"
 
 
 def _export_seconds(record: dict) -> str:
@@ -293,6 +295,14 @@ def _export_seconds(record: dict) -> str:
                  .values())
     return (" / ".join(f"{c['export_median_seconds']:.1f}" for c in checkouts)
             + f" ({differ} of {record['figures']['dev_lines']} dev translations differ)")
+
+
+def _differing(record: dict) -> int:
+    """A translate_speed.py result's outputs, over all variants, that differ from the first
+    model's."""
+    return sum(variant.get("outputs_differing_from_the_first_model", 0)
+               for model in record["figures"]["models"].values() for variant in model.values()
+               if isinstance(variant, dict))
 
 
 def _faster_than_before(variant: str) -> Callable[[dict], str]:
@@ -466,6 +476,13 @@ TABLES = (
                 "of 3)", EXPORT_TIME, _export_seconds),
         _figure("the same for the smoke profile's (the tests')", "export_time_smoke_avx2.json",
                 _export_seconds),
+        _figure("decoding, the default recipe's export today over 58104d3's, greedy by length "
+                "/ in order, beam 4 by length / in order (best rounds)", EXPORT_DECODING,
+                lambda r: " / ".join(_faster_than_before(v)(r) for v in (
+                    GREEDY, GREEDY_INPUT, BEAM, BEAM_INPUT)) + f" ({_differing(r)} outputs "
+                "differ)"),
+        _figure("`nmt evaluate` on the dev set with those exports, s, 58104d3's / today's",
+                EXPORT_DECODING, lambda r: _per_model(r, "nmt_evaluate")),
         _figure("training step, ms, mixed_bfloat16 / float32",
                 "step_time_loss_gradient_amx.json",
                 "{figures[ms_per_step_median][bf16]:.0f} / "
