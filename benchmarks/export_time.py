@@ -98,11 +98,11 @@ def main() -> None:
                 seconds[checkout].append(round(took["seconds"], 2))
                 print(f"round {round_ + 1}/{args.rounds} {checkout}: {took['seconds']:.1f} s",
                       file=sys.stderr)
-        served = {checkout: _python(checkout, _TRANSLATE, os.path.join(
-            scratch, f"{number}-0"), args.dev, str(args.dev_lines))
-            for number, checkout in enumerate(args.checkout)}
-        sizes = {checkout: directory_bytes(os.path.join(scratch, f"{number}-0"))
-                 for number, checkout in enumerate(args.checkout)}
+        first_exports = {checkout: os.path.join(scratch, f"{number}-0")
+                         for number, checkout in enumerate(args.checkout)}
+        served = {checkout: _python(checkout, _TRANSLATE, path, args.dev, str(args.dev_lines))
+                  for checkout, path in first_exports.items()}
+        sizes = {checkout: directory_bytes(path) for checkout, path in first_exports.items()}
     first = served[args.checkout[0]]
     figures = {"model": args.model, "rounds": args.rounds, "dev_lines": args.dev_lines,
                "checkouts": {}}

@@ -9,10 +9,10 @@ sacreBLEU's own per-segment sufficient statistics (computed by sacreBLEU's
 computed once per example by a TFMA preprocessor, whatever the number of slices
 the example falls in), accumulators merge by summing those integer statistics,
 and the score is computed once, from the summed statistics, in
-``extract_output``. The result
-equals ``sacrebleu.corpus_bleu(hyps, ref_streams).score`` (resp.
-``corpus_chrf``) where ``ref_streams`` are the per-example references padded
-with ``None`` to the largest reference count.
+``extract_output``. The result equals
+``sacrebleu.corpus_bleu(hyps, ref_streams).score`` (resp. ``corpus_chrf``)
+where ``ref_streams`` are the per-example references padded with ``None`` to
+the largest reference count.
 
 Inputs, per example (TFMA feeds preprocessors one unbatched example at a time):
 
