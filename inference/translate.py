@@ -78,6 +78,7 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
     import tensorflow_text  # noqa: F401  registers the ops of the Transform graph
 
     model = tf.saved_model.load(model_dir)
+    _warn_if_emulated(model)
     signature = model.signatures["beam_search" if beam else "serving_default"]
     sentences = list(sentences)
     todo = [(i, s) for i, s in enumerate(sentences) if s is not None]
@@ -121,6 +122,18 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
           "a clause of more than the model's {limit} tokens with no comma or clause boundary "
           "within it: it was translated in pieces cut between words")
     return results
+
+
+def _warn_if_emulated(model) -> None:
+    """Warns once when the model decodes with bfloat16 weights (export.decoding_copy) on a CPU
+    without bfloat16 units, which emulates them several times slower."""
+    from trainer_module import devices
+
+    weights = getattr(model, "decoding_variables", ())
+    if any(v.dtype.name == "bfloat16" for v in weights) and not devices.cpu_has_bfloat16_units():
+        _LOG.warning("This model decodes with bfloat16 weights, and this CPU has no bfloat16 "
+                     "units: it emulates them, several times slower. Export it with --hparam "
+                     "decode_precision=float32 to serve it here.")
 
 
 def _warn(lines: list[tuple[int, int, int]], one: str, many: str, most: int = 3) -> None:

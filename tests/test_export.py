@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses
+import logging
 
 import numpy as np
 import pytest
@@ -18,7 +19,8 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_transform.tf_metadata import metadata_io
 
 from test_model import seeded_weights, tiny_hparams
-from trainer_module import export
+from inference import translate
+from trainer_module import devices, export
 from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
 from trainer_module.optimization import token_cross_entropy
@@ -130,7 +132,8 @@ def exported_translator(tmp_path_factory):
          "french": tf.io.VarLenFeature(tf.string)}),
         os.path.join(output_dir, tft.TFTransformOutput.RAW_METADATA_DIR))
     output = tft.TFTransformOutput(output_dir)
-    hparams = tiny_hparams(tie_output_to_embedding=False).with_vocab_sizes(
+    hparams = tiny_hparams(tie_output_to_embedding=False, decode_precision="float32"
+                           ).with_vocab_sizes(
         len(export.id_to_token(output, pp.SOURCE_VOCAB)),
         len(export.id_to_token(output, pp.TARGET_VOCAB)))
     model = Transformer(hparams)
@@ -220,3 +223,55 @@ def test_the_export_tracks_no_keras_object(exported_translator, tmp_path):
     kinds = {node.user_object.identifier for node in proto.meta_graphs[0].object_graph_def.nodes
              if node.WhichOneof("kind") == "user_object"}
     assert kinds and not [kind for kind in kinds if "keras" in kind], kinds
+
+
+@pytest.fixture(scope="module")
+def bfloat16_export(exported_translator, tmp_path_factory) -> str:
+    """The fixture's model exported with decode_precision=bfloat16."""
+    model, output, hparams, *_ = exported_translator
+    export_dir = str(tmp_path_factory.mktemp("bfloat16"))
+    export.export_translator(model, output, dataclasses.replace(
+        hparams, decode_precision="bfloat16"), export_dir)
+    return export_dir
+
+
+def test_a_bfloat16_export_serves_what_mixed_bfloat16_computes_and_keeps_float32_weights(
+        exported_translator, bfloat16_export):
+    """decode_precision=bfloat16: the served model's weights are bfloat16 (half the bytes a
+    decoding step reads), its sums are exactly a mixed_bfloat16 forward pass's (the training
+    numerics on a CPU with bfloat16 units), and the float32 weights stay for continued
+    training."""
+    model, output, hparams, words, _ = exported_translator
+    loaded = tf.saved_model.load(bfloat16_export)
+    assert {v.dtype for v in loaded.model_variables} == {tf.float32}
+    assert [v.numpy().tolist() for v in loaded.model_variables] == [
+        v.numpy().tolist() for v in model.variables]
+    assert tf.bfloat16 in {v.dtype for v in loaded.decoding_variables}
+
+    mixed = Transformer(dataclasses.replace(hparams, precision="mixed_bfloat16"))
+    mixed((tf.ones([1, 2], tf.int32), tf.ones([1, 2], tf.int32)))
+    mixed.set_weights(model.get_weights())
+    rng = np.random.default_rng(5)
+    french = [" ".join(rng.choice(words, rng.integers(1, 12))) + " ." for _ in range(20)]
+    # 20 references: one chunk, padded as all_at_once pads them, so the same kernels run.
+    records = tf.constant([example("the chat is rouge.", french[:10]),
+                           example("the arbre is vert.", french[10:])])
+    got = loaded.signatures[export.EXAMPLES_SIGNATURE](examples=records)
+    features = output.transform_features_layer()(tf.io.parse_example(
+        records, output.raw_feature_spec()))
+    expected = all_at_once(mixed, features[pp.SOURCE_IDS], features[pp.TARGET_IDS], hparams)
+    for key in SUMS:
+        np.testing.assert_array_equal(got[key].numpy(), expected[key])
+    float32_sums = all_at_once(model, features[pp.SOURCE_IDS], features[pp.TARGET_IDS], hparams)
+    assert not np.array_equal(got["token_nll"].numpy(), float32_sums["token_nll"])
+
+
+@pytest.mark.parametrize("has_units", [True, False])
+def test_a_bfloat16_export_on_a_cpu_without_bfloat16_units_is_said_to_be_slow(
+        bfloat16_export, monkeypatch, caplog, has_units):
+    monkeypatch.setattr(devices, "cpu_has_bfloat16_units", lambda: has_units)
+    with caplog.at_level(logging.WARNING):
+        assert translate.translate(["the chat is rouge."], bfloat16_export)[0]
+    warned = [r for r in caplog.records if "bfloat16 units" in r.getMessage()]
+    assert len(warned) == (0 if has_units else 1)
+    assert all("decode_precision=float32" in r.getMessage() for r in warned)

@@ -33,6 +33,13 @@ def test_precision_resolution(precision, gpus, cpu_bfloat16, chosen):
     assert devices.resolve_precision(precision, gpus, cpu_bfloat16)[0] == chosen
 
 
+@pytest.mark.parametrize("precision, cpu_bfloat16, chosen", [
+    ("auto", True, "bfloat16"), ("auto", False, "float32"),
+    ("float32", True, "float32"), ("bfloat16", False, "bfloat16")])
+def test_decode_precision_resolution(precision, cpu_bfloat16, chosen):
+    assert devices.resolve_decode_precision(precision, cpu_bfloat16)[0] == chosen
+
+
 def test_float16_on_a_cpu_is_allowed_with_a_reason():
     precision, reason = devices.resolve_precision("mixed_float16", 0, True)
     assert precision == "mixed_float16" and "emulated" in reason

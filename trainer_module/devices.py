@@ -114,6 +114,19 @@ def resolve_precision(precision: str, gpus: int | None = None, cpu_bfloat16: boo
                        f"model only {speedup:.2f}x as fast with them")
 
 
+def resolve_decode_precision(precision: str, cpu_bfloat16: bool | None = None
+                             ) -> tuple[str, str]:
+    """(float32 or bfloat16, why): the exported model's decoding weights. "auto" is bfloat16
+    where this CPU has bfloat16 units: the export is then meant to be served on such a CPU
+    (without the units bfloat16 is emulated, several times slower)."""
+    if precision != "auto":
+        return precision, "as configured"
+    if cpu_has_bfloat16_units() if cpu_bfloat16 is None else cpu_bfloat16:
+        return "bfloat16", ("auto: this CPU has bfloat16 units; for serving on a CPU without "
+                            "them, export with --hparam decode_precision=float32")
+    return "float32", "auto: this CPU has no bfloat16 units"
+
+
 def chief_value(strategy: tf.distribute.Strategy, value: float) -> float:
     """The chief's `value`, on every worker: an all-reduce to which only the chief adds its
     own (float32: exact for integers below 2**24). Without other workers, `value` itself."""
@@ -136,10 +149,14 @@ def _sum_over_replicas(strategy: tf.distribute.Strategy) -> Callable[[tf.Tensor]
 
 
 def fit_to_devices(hparams: HParams, gpus: int | None = None) -> HParams:
-    """XLA only where it pays (a GPU; default: those visible); the precision is the plan's
-    (trainer_module/budget.py)."""
+    """XLA only where it pays (a GPU; default: those visible) and the export's decoding
+    precision resolved; the training precision is the plan's (trainer_module/budget.py)."""
     if gpus is None:
         gpus = len(tf.config.list_physical_devices("GPU"))
     if hparams.use_xla and not gpus:
         _LOG.info("No GPU: training without XLA (the profile enables it for GPUs).")
-    return dataclasses.replace(hparams, use_xla=hparams.use_xla and bool(gpus))
+    decode_precision, why = resolve_decode_precision(hparams.decode_precision)
+    if decode_precision != "float32":
+        _LOG.info("The exported model will decode with %s weights (%s).", decode_precision, why)
+    return dataclasses.replace(hparams, use_xla=hparams.use_xla and bool(gpus),
+                               decode_precision=decode_precision)

@@ -26,7 +26,7 @@ from typing import Callable
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from trainer_module import decoding, segmentation
+from trainer_module import decoding, devices, segmentation
 from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
 from trainer_module.optimization import token_cross_entropy
@@ -86,8 +86,13 @@ class Translator(tf.Module):
     def __init__(self, model: Transformer, tf_transform_output: tft.TFTransformOutput,
                  hparams: HParams) -> None:
         super().__init__()
-        self._model = lambda: model  # a function attribute is not tracked
+        decoder = decoding_copy(model, hparams.decode_precision)
+        self._model = lambda: decoder  # a function attribute is not tracked
+        # The trained float32 weights (continued training, benchmarks/reexport.py read them),
+        # and the served model's own where it has its own (bfloat16).
         self.model_variables = list(model.variables)
+        if decoder is not model:
+            self.decoding_variables = list(decoder.variables)
         self.hparams = hparams
         tft_layer = tf_transform_output.transform_features_layer()
         self._tft_layer = lambda: tft_layer
@@ -102,6 +107,7 @@ class Translator(tf.Module):
 
     @property
     def model(self) -> Transformer:
+        """The served model: it translates, and scores the references (translate_examples)."""
         return self._model()
 
     def transform(self, features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -394,6 +400,18 @@ def float32_copy(model: Transformer) -> Transformer:
     if tf.distribute.has_strategy():
         raise RuntimeError("float32_copy must be called outside the strategy's scope")
     copy = Transformer(dataclasses.replace(model.hparams, precision="float32"))
+    copy((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def decoding_copy(model: Transformer, precision: str) -> Transformer:
+    """The model that decodes in the export: `model` itself for float32, else a copy with
+    bfloat16 weights (hparams.DECODE_PRECISIONS; "auto": devices.resolve_decode_precision)."""
+    precision, _ = devices.resolve_decode_precision(precision)
+    if precision == "float32":
+        return model
+    copy = Transformer(model.hparams, policy="bfloat16")
     copy((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
     copy.set_weights(model.get_weights())
     return copy

@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 # Training precision (Keras mixed-precision policies). Variables stay float32 in all of them and
-# the exported model is always float32; "auto" picks per machine (see devices.resolve_precision):
+# the export keeps them (DECODE_PRECISIONS: what decodes); "auto" picks per machine (see
+# devices.resolve_precision):
 # mixed_float16 on GPUs, mixed_bfloat16 on CPUs with bfloat16 matrix units, else float32.
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 # Where word order enters the model (model.py): "absolute", the paper's sinusoids added to the
@@ -17,6 +18,11 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 # the `cpu` budget rotary tied on unseen sentences and translated long ones shorter and
 # worse (BENCHMARKS.md, "Long sentences"), so no profile uses it.
 POSITIONS = ("absolute", "rotary")
+# The exported model's decoding weights (export.decoding_copy): float32, or bfloat16 where the
+# CPU multiplies bfloat16 natively (half the bytes a decoding step reads; BENCHMARKS.md,
+# "Decoding speed"); "auto" picks per exporting machine (devices.resolve_decode_precision). The
+# float32 weights stay in the export beside them, for continued training.
+DECODE_PRECISIONS = ("auto", "float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +138,7 @@ class HParams:
     decode_length_ratio: float = 1.5
     decode_max_extra_tokens: int = 10
     decode_max_length: int = 256
+    decode_precision: str = "auto"  # one of DECODE_PRECISIONS
     beam_width: int = 4
     beam_alpha: float = 1.0  # GNMT length penalty ((5 + length) / 6) ** alpha; BENCHMARKS.md
     # The loop guard (decoding.py): no n-gram of at most decode_loop_ngram tokens is said
@@ -184,6 +191,9 @@ class HParams:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
                              f"got {self.precision!r}")
+        if self.decode_precision not in DECODE_PRECISIONS:
+            raise ValueError(f"decode_precision must be one of {', '.join(DECODE_PRECISIONS)}, "
+                             f"got {self.decode_precision!r}")
         if self.train_steps < 1 and self.train_minutes <= 0:
             raise ValueError(f"train_steps must be >= 1 (or train_minutes > 0), got "
                              f"{self.train_steps}")

@@ -16,7 +16,9 @@ always passed explicitly (no Keras implicit masking). Padding is PAD_ID at the e
 
 Mixed precision (hparams.precision: mixed_float16 or mixed_bfloat16): every sublayer gets the
 model's dtype policy, variables stay float32; attention softmax, logits and the returned attention
-weights are float32.
+weights are float32. The "bfloat16" policy (decoding only) stores the weights in bfloat16, so a
+decoding step reads half the bytes; its layer norms stay float32: it computes what a
+mixed_bfloat16 forward pass computes.
 """
 from __future__ import annotations
 
@@ -40,7 +42,11 @@ DecoderCache = dict[str, Any]
 
 
 def layer_norm(name: str, dtype: keras.mixed_precision.Policy) -> keras.layers.LayerNormalization:
-    """The one LayerNormalization setting used throughout."""
+    """The one LayerNormalization setting used throughout. Under the bfloat16 policy (bfloat16
+    weights for decoding) its scale and offset stay float32 and it normalizes in float32, as
+    mixed_bfloat16 training does."""
+    if dtype.name == "bfloat16":
+        dtype = keras.mixed_precision.Policy("mixed_bfloat16")
     return keras.layers.LayerNormalization(epsilon=1e-6, name=name, dtype=dtype)
 
 
@@ -310,12 +316,14 @@ class Transformer(keras.Model):
     `encode`, then `init_cache` and `decode_step` once per generated token.
     """
 
-    def __init__(self, hparams: HParams, **kwargs: Any) -> None:
+    def __init__(self, hparams: HParams, policy: str | None = None, **kwargs: Any) -> None:
+        """policy: a Keras dtype policy instead of hparams.precision's; "bfloat16" (bfloat16
+        weights) is for decoding only (export.decoding_copy), never for training."""
         if hparams.source_vocab_size <= 0 or hparams.target_vocab_size <= 0:
             raise ValueError("vocabulary sizes are unset: use hparams.with_vocab_sizes(...)")
-        if hparams.precision == "auto":
+        if policy is None and hparams.precision == "auto":
             raise ValueError("precision 'auto' is unresolved: use devices.fit_to_devices(hparams)")
-        policy = keras.mixed_precision.Policy(hparams.precision)
+        policy = keras.mixed_precision.Policy(policy or hparams.precision)
         super().__init__(dtype=policy, **kwargs)
         self.hparams = hparams
         rotary = hparams.positions == "rotary"

@@ -28,7 +28,8 @@ ARCHITECTURE = ("num_layers", "num_decoder_layers", "d_model", "num_heads", "dff
 # What a warm-started run decides anew: its own length, and what depends on the machine it
 # runs on (precision, XLA, memory for the cache, checkpoints).
 _DECIDED_PER_RUN = ("train_steps", "train_minutes", "adapt_recipe", "precision",
-                    "checkpoint_every", "use_xla", "cache_megabytes", "keep_checkpoints")
+                    "checkpoint_every", "use_xla", "cache_megabytes", "keep_checkpoints",
+                    "decode_precision")
 
 
 # Transform's settings that decide a SentencePiece vocabulary's pieces and what its ids mean.
