@@ -4,7 +4,9 @@ once per model in alternating rounds, through LocalDagRunner. A model is a direc
 holds `Format-Serving/`, as a Trainer's Model artifact does (`benchmarks/reexport.py --out
 DIR/Format-Serving` exports trained weights with this checkout's code, or another's).
 With `--checkout`, each checkout's own Evaluator code (its metrics and eval_config) runs
-each model, in a process of its own, checkouts and models alternating in every round.
+each model, in a process of its own, checkouts and models alternating in every round; with
+`--pair CHECKOUT=MODEL` (repeatable) instead, each checkout runs only its own model (each
+commit's code with its own export).
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.evaluator_time \\
         --examples RUN/FraTxtExampleGen/examples/N --model DIR_A [--model DIR_B] \\
@@ -75,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", required=True, help="an ExampleGen output directory")
-    parser.add_argument("--model", required=True, action="append",
+    parser.add_argument("--model", action="append", default=[],
                         help="a directory holding Format-Serving/ (repeat to compare models)")
     parser.add_argument("--checkout", action="append", default=[],
                         help="a checkout whose Evaluator code runs the models (repeat to "
@@ -83,9 +85,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--output", default="evaluator_time.json",
                         help="a result file (a bare name: in benchmarks/results/)")
+    parser.add_argument("--pair", action="append", default=[], metavar="CHECKOUT=MODEL",
+                        help="a checkout and the one model its code runs (instead of "
+                        "--checkout and --model)")
     args = parser.parse_args()
-    variants = [(checkout, model) for checkout in args.checkout or [None]
-                for model in args.model]
+    variants = [tuple(pair.split("=", 1)) for pair in args.pair] or [
+        (checkout, model) for checkout in args.checkout or [None] for model in args.model]
 
     def label(checkout: str | None, model: str) -> str:
         return model if checkout is None else f"{results.commit(checkout)} {model}"

@@ -109,9 +109,11 @@ def mixed(data_dir: str, out_dir: str, precision: str, steps: str, xla: str) -> 
 
     base = __import__("trainer_module.hparams", fromlist=["PROFILES"]).PROFILES["base"]
     assert base.use_xla and base.precision == "auto"  # what the XLA run stands in for
+    # float32 decoding whatever this CPU has (test_export covers decode_precision=bfloat16).
     hparams = tiny_hparams(data_dir, use_xla=xla == "xla", precision=precision,
                            batch_tokens=256, max_source_length=12, max_target_length=12,
-                           train_steps=int(steps), checkpoint_every=int(steps))
+                           train_steps=int(steps), checkpoint_every=int(steps),
+                           decode_precision="float32")
     output = tft.TFTransformOutput(os.path.join(data_dir, "transform"))
     train = input_pipeline.make_dataset(os.path.join(data_dir, TRAIN, "*"), output, hparams,
                                         training=True)
