@@ -273,12 +273,17 @@ def _figure(label: str, source: str, value: Cell) -> Row:
 
 GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
 GREEDY_INPUT, BEAM_INPUT = "greedy, input order", "beam 4, input order"
-# The export before issue #67's changes (f223834's), then today's, from the same weights.
-DECODING, DEFAULT_DECODING = "translate_speed_lean_avx2.json", 1
+# The export before issue #67's changes (f223834's), then today's with float32 (the default)
+# and with bfloat16 decoding weights, from the same weights; "today" in single figures is the
+# float32 export.
+DECODING, DEFAULT_DECODING = "translate_speed_bfloat16_epyc_bf16.json", 1
 # The AMD EPYC make run's model with the loop guard one pass per copy length, then in one
 # pass, then the rotary model.
 LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
-SERVING_PROFILE, EVALUATOR_TIME = "serving_profile_avx2.json", "evaluator_time_lean_avx2.json"
+SERVING_PROFILE = "serving_profile_avx2.json"  # f223834's export
+SERVING_PROFILE_TODAY = "serving_profile_epyc_bf16.json"  # today's float32 export
+# The Evaluator with the exports of DECODING.
+EVALUATOR_TIME = "evaluator_time_bfloat16_epyc_bf16.json"
 # The same export, the Evaluator's code before and after sacreBLEU's statistics moved into a
 # TFMA preprocessor.
 EVALUATOR_STATISTICS = "evaluator_time_preprocessor_avx2.json"
@@ -311,13 +316,24 @@ def _faster_than_before(variant: str) -> Callable[[dict], str]:
 
 
 def _variants(record: dict) -> list[dict]:
-    """A translate_speed.py result's variants, before and today, as rows."""
-    before, today = list(record["figures"]["models"].values())[:2]
+    """A translate_speed.py result's variants, before and today (float32, bfloat16), as rows."""
+    before, float32, bfloat16 = list(record["figures"]["models"].values())[:3]
+    differ = "outputs_differing_from_the_first_model"
     return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
-             "today": max(figures["sentences_per_second"]),
-             "differ": figures.get("outputs_differing_from_the_first_model", "–"),
+             "float32": max(float32[name]["sentences_per_second"]),
+             "bfloat16": max(figures["sentences_per_second"]),
+             "differ": f"{float32[name][differ]} / {figures[differ]}",
              "sentences": figures["sentences"]}
-            for name, figures in today.items()]
+            for name, figures in bfloat16.items()]
+
+
+def _stages(record: dict) -> list[dict]:
+    """A serving_profile.py result's stages, with their share of the greedy signature."""
+    seconds = record["figures"]["seconds"]
+    whole = seconds["whole signature, greedy"]
+    return [{"stage": stage, "seconds": value,
+             "share": f"{value / whole:.0%}" if "beam" not in stage else "–"}
+            for stage, value in seconds.items()]
 
 
 def _per_model(record: dict, key: str, fold: Callable = min) -> str:
@@ -466,10 +482,14 @@ TABLES = (
         _figure("decoding in the request's order, today's export over the one before, greedy / "
                 "beam 4", DECODING, lambda r: " / ".join(
                     _faster_than_before(v)(r) for v in (GREEDY_INPUT, BEAM_INPUT))),
-        _figure("`nmt evaluate` on the dev set, s, before / today", DECODING,
-                lambda r: _per_model(r, "nmt_evaluate")),
-        _figure("the Evaluator in `make run`'s setting, s, before / today", EVALUATOR_TIME,
-                lambda r: _per_model(r, "models")),
+        _figure("`nmt evaluate` on the dev set, s, before / today float32 / today bfloat16",
+                DECODING, lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("dev BLEU (chrF) by `nmt evaluate`, greedy, before / today float32 / today "
+                "bfloat16", DECODING, lambda r: " / ".join(
+                    f"{v['bleu']:.2f} ({v['chrf']:.2f})"
+                    for v in r["figures"]["nmt_evaluate"].values())),
+        _figure("the Evaluator in `make run`'s setting, s, before / today float32 / today "
+                "bfloat16", EVALUATOR_TIME, lambda r: _per_model(r, "models")),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
@@ -506,16 +526,18 @@ TABLES = (
         _figure("`make test`: tests passed, minutes", "test_suite.json",
                 "{figures[passed]} in {figures[minutes]:.0f}"),
     )),
-    Table("serving-profile", ("stage", "seconds, 1,000 dev lines", "share of the greedy signature"),
-          (Row(SERVING_PROFILE, ("{item[stage]}", "{item[seconds]:.2f}", "{item[share]}"),
-               items=lambda r: [{"stage": stage, "seconds": seconds,
-                                 "share": (f"{seconds / r['figures']['seconds']['whole signature, greedy']:.0%}"
-                                           if "beam" not in stage else "–")}
-                                for stage, seconds in r["figures"]["seconds"].items()]),)),
-    Table("decoding", ("variant", "before, sentences/s", "today, sentences/s", "today over before",
-                       "outputs that differ", "lines"),
-          (Row(DECODING, ("{item[variant]}", "{item[before]:.1f}", "{item[today]:.1f}",
-                          lambda r: f"{r['item']['today'] / r['item']['before']:.2f}×",
+    *(Table(name, ("stage", "seconds, 1,000 dev lines", "share of the greedy signature"),
+            (Row(source, ("{item[stage]}", "{item[seconds]:.2f}", "{item[share]}"),
+                 items=_stages),))
+      for name, source in (("serving-profile", SERVING_PROFILE),
+                           ("serving-profile-today", SERVING_PROFILE_TODAY))),
+    Table("decoding", ("variant", "before, sentences/s", "today float32", "today bfloat16",
+                       "today float32 over before", "bfloat16 over float32",
+                       "outputs that differ from before's, float32 / bfloat16", "lines"),
+          (Row(DECODING, ("{item[variant]}", "{item[before]:.1f}", "{item[float32]:.1f}",
+                          "{item[bfloat16]:.1f}",
+                          lambda r: f"{r['item']['float32'] / r['item']['before']:.2f}×",
+                          lambda r: f"{r['item']['bfloat16'] / r['item']['float32']:.2f}×",
                           "{item[differ]}", "{item[sentences]:,}"),
                items=_variants),)),
     Table("scaling", ("component", "1× s", "4× s", "16× s", "16× s, 2 workers",

@@ -46,9 +46,8 @@ def add_training_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         "--precision", choices=hparams_lib.PRECISIONS, default=None,
         help="training precision (default: the profile's); auto: mixed_float16 on GPUs, "
              "mixed_bfloat16 on CPUs with AMX/AVX512-BF16 where a short probe finds it "
-             "faster, else float32. The export keeps float32 weights whatever trained it, "
-             "and decodes with bfloat16 copies on a CPU with bfloat16 units (--hparam "
-             "decode_precision)")
+             "faster, else float32. The export keeps float32 weights whatever trained it "
+             "(bfloat16 copies for decoding: --hparam decode_precision=bfloat16)")
     parser.add_argument(
         "--min-bleu", type=float, default=None,
         help="bless only models with at least this BLEU (default per profile: "

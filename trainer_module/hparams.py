@@ -18,11 +18,13 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 # the `cpu` budget rotary tied on unseen sentences and translated long ones shorter and
 # worse (BENCHMARKS.md, "Long sentences"), so no profile uses it.
 POSITIONS = ("absolute", "rotary")
-# The exported model's decoding weights (export.decoding_copy): float32, or bfloat16 where the
-# CPU multiplies bfloat16 natively (half the bytes a decoding step reads; BENCHMARKS.md,
-# "Decoding speed"); "auto" picks per exporting machine (devices.resolve_decode_precision). The
-# float32 weights stay in the export beside them, for continued training.
-DECODE_PRECISIONS = ("auto", "float32", "bfloat16")
+# The exported model's decoding weights (export.decoding_copy): float32, bfloat16 (half the
+# bytes a decoding step reads), or "auto": bfloat16 where the exporting CPU has bfloat16 units
+# (devices.resolve_decode_precision). The float32 weights stay in the export beside bfloat16
+# ones, for continued training. float32 is the default: on an AVX-512 bfloat16 EPYC, bfloat16
+# decoded no faster and scored a little lower (BENCHMARKS.md, "Decoding speed"); AMX is not
+# measured yet.
+DECODE_PRECISIONS = ("float32", "bfloat16", "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +140,7 @@ class HParams:
     decode_length_ratio: float = 1.5
     decode_max_extra_tokens: int = 10
     decode_max_length: int = 256
-    decode_precision: str = "auto"  # one of DECODE_PRECISIONS
+    decode_precision: str = "float32"  # one of DECODE_PRECISIONS
     beam_width: int = 4
     beam_alpha: float = 1.0  # GNMT length penalty ((5 + length) / 6) ** alpha; BENCHMARKS.md
     # The loop guard (decoding.py): no n-gram of at most decode_loop_ngram tokens is said
