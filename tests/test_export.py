@@ -151,15 +151,24 @@ def example(english: str, french: list[str]) -> bytes:
             value=[f.encode() for f in french]))})).SerializeToString()
 
 
-def test_the_exported_signature_sums_many_references_as_all_at_once(exported_translator):
-    model, output, hparams, words, loaded = exported_translator
-    rng = np.random.default_rng(4)
-    french = [" ".join(rng.choice(words, rng.integers(1, 12))) + " ." for _ in range(160)]
-    records = tf.constant([example("the chat is rouge.", french[:150]),
-                           example("the arbre is vert.", french[150:])])
+def served_sums(loaded, output: tft.TFTransformOutput, words: list[str], seed: int,
+                references: int, first: int) -> tuple[dict, dict]:
+    """translate_examples of two examples whose random references number `first` and
+    `references - first`, and the examples as Transform's graph gives them to the model."""
+    rng = np.random.default_rng(seed)
+    french = [" ".join(rng.choice(words, rng.integers(1, 12))) + " ." for _ in range(references)]
+    records = tf.constant([example("the chat is rouge.", french[:first]),
+                           example("the arbre is vert.", french[first:])])
     got = loaded.signatures[export.EXAMPLES_SIGNATURE](examples=records)
     features = output.transform_features_layer()(tf.io.parse_example(
         records, output.raw_feature_spec()))
+    return got, {"french": french, **features}
+
+
+def test_the_exported_signature_sums_many_references_as_all_at_once(exported_translator):
+    model, output, hparams, words, loaded = exported_translator
+    got, features = served_sums(loaded, output, words, seed=4, references=160, first=150)
+    french = features["french"]
     expected = all_at_once(model, features[pp.SOURCE_IDS], features[pp.TARGET_IDS], hparams)
     tokens_and_end = [len(f.split()) + 1 for f in french]
     assert expected["token_count"].tolist() == [sum(tokens_and_end[:150]),
@@ -251,14 +260,8 @@ def test_a_bfloat16_export_serves_what_mixed_bfloat16_computes_and_keeps_float32
     mixed = Transformer(dataclasses.replace(hparams, precision="mixed_bfloat16"))
     mixed((tf.ones([1, 2], tf.int32), tf.ones([1, 2], tf.int32)))
     mixed.set_weights(model.get_weights())
-    rng = np.random.default_rng(5)
-    french = [" ".join(rng.choice(words, rng.integers(1, 12))) + " ." for _ in range(20)]
     # 20 references: one chunk, padded as all_at_once pads them, so the same kernels run.
-    records = tf.constant([example("the chat is rouge.", french[:10]),
-                           example("the arbre is vert.", french[10:])])
-    got = loaded.signatures[export.EXAMPLES_SIGNATURE](examples=records)
-    features = output.transform_features_layer()(tf.io.parse_example(
-        records, output.raw_feature_spec()))
+    got, features = served_sums(loaded, output, words, seed=5, references=20, first=10)
     expected = all_at_once(mixed, features[pp.SOURCE_IDS], features[pp.TARGET_IDS], hparams)
     for key in SUMS:
         np.testing.assert_array_equal(got[key].numpy(), expected[key])
