@@ -89,6 +89,8 @@ def main() -> None:
                         help="a checkout and the one model its code runs (instead of "
                         "--checkout and --model)")
     args = parser.parse_args()
+    if not (args.pair or args.model):
+        parser.error("give --model (with --checkout, or none) or --pair")
     variants = [tuple(pair.split("=", 1)) for pair in args.pair] or [
         (checkout, model) for checkout in args.checkout or [None] for model in args.model]
 

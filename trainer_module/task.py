@@ -90,10 +90,8 @@ def exportable_model(hparams: hparams_lib.HParams, tf_transform_output: tft.TFTr
                      ) -> tuple[hparams_lib.HParams, Transformer]:
     """The float32 model the Trainer exports, for `hparams` sized to a Transform output, and
     those sized hparams: for exporting (or timing the export of) weights trained elsewhere."""
-    sized = with_vocabularies(dataclasses.replace(
-        hparams, precision="float32",
-        decode_precision=devices.resolve_decode_precision(hparams.decode_precision)[0]),
-        tf_transform_output)
+    sized = with_vocabularies(dataclasses.replace(hparams, precision="float32"),
+                              tf_transform_output)
     return sized, export.float32_copy(build_keras_model(sized))
 
 
