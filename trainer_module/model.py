@@ -166,17 +166,34 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         queries = self._at_positions(self._split_heads(self.query_projection(query_input)),
                                      start_position) * self.depth ** -0.5
+        if query_input.shape.rank == 2:
+            return self._attend_one_position(queries, keys, values, attention_mask)
         scores = tf.cast(tf.einsum("bhqd,bhkd->bhqk", queries, keys), tf.float32)
         if attention_mask is not None:
             scores = tf.where(attention_mask[:, None], scores, _MASKED_SCORE)
         weights = tf.nn.softmax(scores, axis=-1)
         context = tf.einsum("bhqk,bhkd->bqhd", tf.cast(weights, values.dtype), values)
-        if query_input.shape.rank == 2:
-            context = tf.reshape(context, [-1, self.d_model])
-        else:
-            shape = tf.shape(context)
-            context = tf.reshape(context, [shape[0], shape[1], self.d_model])
+        shape = tf.shape(context)
+        context = tf.reshape(context, [shape[0], shape[1], self.d_model])
         return self.output_projection(context), weights
+
+    def _attend_one_position(self, queries: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
+                             attention_mask: tf.Tensor | None) -> tuple[tf.Tensor, tf.Tensor]:
+        """`attend` for one query position (a decoding step): queries [B, H, 1, depth] ->
+        output [B, d_model], weights [B, H, 1, Tk].
+
+        The same sums as `attend`'s in element-wise ops (multiply, sum, exp), not Einsum and
+        Softmax: oneDNN builds those kernels anew for each shape, and a decoding step's shapes
+        change at every step (the cache grows by a position, the batch loses the sentences
+        that ended). BENCHMARKS.md, "Decoding speed", has what this bought."""
+        scores = tf.cast(tf.reduce_sum(queries * keys, axis=-1), tf.float32)  # [B, H, Tk]
+        if attention_mask is not None:  # [B, 1, Tk]: broadcast over the heads
+            scores = tf.where(attention_mask, scores, _MASKED_SCORE)
+        exp = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
+        weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
+        context = tf.reduce_sum(tf.cast(weights, values.dtype)[..., None] * values, axis=2)
+        return (self.output_projection(tf.reshape(context, [-1, self.d_model])),
+                weights[:, :, None])
 
     def call(self, query_input: tf.Tensor, memory: tf.Tensor,
              attention_mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
