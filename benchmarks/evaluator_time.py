@@ -31,6 +31,7 @@ from tfx.orchestration.pipeline import Pipeline
 from tfx.types import standard_artifacts
 
 from benchmarks import results
+from components import eval_batches
 from metadata import artifacts
 from pipeline.config import DEFAULT_BEAM_ARGS
 from pipeline.eval_config import make_eval_config
@@ -46,7 +47,8 @@ def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[flo
     model = Importer(source_uri=model_uri, artifact_type=standard_artifacts.Model
                      ).with_id("model")
     evaluator = Evaluator(examples=examples.outputs["result"], model=model.outputs["result"],
-                          eval_config=make_eval_config(0.0, 100.0))
+                          eval_config=make_eval_config(0.0, 100.0),
+                          module_path=eval_batches.__name__)
     pipeline = Pipeline(
         pipeline_name="evaluator-time", pipeline_root=root,
         components=[examples, model, evaluator], enable_cache=False,

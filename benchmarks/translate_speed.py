@@ -1,9 +1,11 @@
 """Decoding speed of exported models, as `nmt translate` and `nmt evaluate` decode: greedy
 (`serving_default`) against beam search (`beam_search`), batches in the input's order against
-batches of similar lengths; sentences per second and milliseconds per sentence, in alternating
-rounds on the same sentences (every model and variant once per round, so several models are
-compared side by side), with how many outputs run past 30 words (repetition loops, which
-keep their batch decoding up to the length limit). A change to the model or the export reruns
+batches of similar lengths; sentences per second and milliseconds per sentence after the
+first request, and the first request's seconds (the model loaded, TensorFlow optimizes the
+signature's graph at its first call), in alternating rounds on the same sentences (every
+model and variant once per round, so several models are compared side by side), with how
+many outputs run past 30 words (repetition loops, which keep their batch decoding up to the
+length limit). A change to the model or the export reruns
 it (BENCHMARKS.md, "Decoding speed"); `reexport.py` exports the same weights with
 a changed export. Each result records `decoding_code`, the fingerprint of the code it measured
 (DECODING_CODE), and tests/test_benchmarks_import.py fails until some result matches the
@@ -119,6 +121,7 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_
             source: str | None = None, reference: str | None = None) -> dict:
     variants = {model_dir: _variants(model_dir, bool(batch_one_lines)) for model_dir in model_dirs}
     seconds = {(m, name): [] for m in model_dirs for name in variants[m]}
+    first_request = {key: [] for key in seconds}
     long_outputs, outputs, evaluated = {}, {}, {m: [] for m in model_dirs}
     for _ in range(rounds):  # alternating: every model and variant once per round
         for (model_dir, name), times in seconds.items():
@@ -128,7 +131,11 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_
             outputs[model_dir, name] = translate.translate(
                 lines, model_dir, beam, by_length=by_length, batch_size=batch_size,
                 progress=lambda done: clock.setdefault(done, time.perf_counter()))
-            times.append((clock[len(lines)] - clock[0]) / len(lines))  # the load excluded
+            # The first request excluded: TensorFlow optimizes a loaded signature's graph at
+            # its first call (a server does that once, before its first user; first_request).
+            first_done = min(done for done in clock if done)
+            times.append((clock[len(lines)] - clock[first_done]) / (len(lines) - first_done))
+            first_request[model_dir, name].append(clock[first_done] - clock[0])
             long_outputs[model_dir, name] = sum(len(o.split()) > LONG_OUTPUT_WORDS
                                                 for o in outputs[model_dir, name])
         if reference:
@@ -141,6 +148,7 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_
         found = {"sentences": len(outputs[model_dir, name]),
                  "sentences_per_second": [round(1 / s, 1) for s in per_sentence],
                  "ms_per_sentence": round(1000 * min(per_sentence), 2),
+                 "first_request_seconds": [round(s, 2) for s in first_request[model_dir, name]],
                  f"outputs_over_{LONG_OUTPUT_WORDS}_words": long_outputs[model_dir, name]}
         if model_dir != first and (first, name) in outputs:
             found["outputs_differing_from_the_first_model"] = sum(

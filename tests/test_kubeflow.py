@@ -24,6 +24,7 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from components import eval_batches
 from conftest import REPO
 from helpers import send_json
 from runners import kfp_client
@@ -298,6 +299,13 @@ def test_open_source_kfp_gets_no_resolver_and_vertex_does(spec, tmp_path):
     vertex = read_spec(path)
     assert [t for t in vertex.root.dag.tasks if t.startswith("latest_blessed_model_resolver")]
     assert "baseline_model" in vertex.root.dag.tasks["Evaluator"].inputs.artifacts
+
+
+def test_the_evaluator_merges_its_input_into_large_batches_in_the_image_too(spec):
+    """The image's Evaluator imports the module by this name (components/eval_batches.py)."""
+    parameters = spec.root.dag.tasks["Evaluator"].inputs.parameters
+    assert parameters["module_path"].runtime_value.constant.string_value == \
+        eval_batches.__name__
 
 
 def test_trainer_steps_and_profile_are_runtime_parameters(spec):

@@ -345,12 +345,15 @@ def reference_token_sums(model: Transformer, source_ids: tf.RaggedTensor,
     max_source_length, as translate() cuts it. A reference longer than max_target_length (the
     longest target the model trains on) is scored on its first max_target_length tokens only,
     without [end]: the reference does not end there. The references go through the model
-    REFERENCE_CHUNK at a time, so memory is bounded whatever an example or a batch holds.
+    REFERENCE_CHUNK at a time, shortest first, so memory is bounded whatever an example or a
+    batch holds, and a chunk's references pad to lengths close to their own.
     """
     batch = references.nrows()
-    owner = references.value_rowids()  # example of each reference [N]
+    # The sums go to their examples by `owner`, whatever the order.
+    order = tf.argsort(references.values.row_lengths(), stable=True)
+    owner = tf.gather(references.value_rowids(), order)  # example of each reference [N]
     sources = source_ids[:, :hparams.max_source_length]
-    targets = references.values  # [N, (T)]
+    targets = tf.gather(references.values, order)  # [N, (T)]
     cut = targets.row_lengths() > hparams.max_target_length  # [N]
     targets = targets[:, :hparams.max_target_length]
 
