@@ -273,17 +273,20 @@ def _figure(label: str, source: str, value: Cell) -> Row:
 
 GREEDY, BEAM, MS = "greedy, by length", "beam 4, by length", "ms_per_sentence"
 GREEDY_INPUT, BEAM_INPUT = "greedy, input order", "beam 4, input order"
-# The export before issue #67's changes (f223834's), then today's with float32 (the default)
-# and with bfloat16 decoding weights, from the same weights; "today" in single figures is the
-# float32 export.
-DECODING, DEFAULT_DECODING = "translate_speed_bfloat16_epyc_bf16.json", 1
+# The export before issue #67's changes (f223834's), 2f92848's (float32), then today's with
+# float32 (the default) and with bfloat16 decoding weights, all from the same weights; "today"
+# in single figures is the float32 export.
+DECODING, DEFAULT_DECODING = "translate_speed_attention_epyc_bf16.json", 2
 # The AMD EPYC make run's model with the loop guard one pass per copy length, then in one
 # pass, then the rotary model.
 LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
 SERVING_PROFILE = "serving_profile_avx2.json"  # f223834's export
-SERVING_PROFILE_TODAY = "serving_profile_epyc_bf16.json"  # today's float32 export
-# The Evaluator with the exports of DECODING.
-EVALUATOR_TIME = "evaluator_time_bfloat16_epyc_bf16.json"
+SERVING_PROFILE_TODAY = "serving_profile_attention_epyc_bf16.json"  # today's float32 export
+# Dev-set BLEU of today's export decoding in bfloat16 against float32, paired bootstrap.
+DECODE_PRECISION_BLEU = "decode_precision_paired_epyc_bf16.json"
+# The Evaluator: f223834's code and export, 2f92848's, today's code with 2f92848's export
+# (the merged batches alone), and today's with its own (float32).
+EVALUATOR_TIME = "evaluator_time_batches_epyc_bf16.json"
 # The same export, the Evaluator's code before and after sacreBLEU's statistics moved into a
 # TFMA preprocessor.
 EVALUATOR_STATISTICS = "evaluator_time_preprocessor_avx2.json"
@@ -310,19 +313,24 @@ def _differing(record: dict) -> int:
                if isinstance(variant, dict))
 
 
-def _faster_than_before(variant: str) -> Callable[[dict], str]:
-    """Today's export's sentences per second over the export before it (best rounds)."""
-    return lambda r: f"{_speed(r, variant) / _speed(r, variant, model=0):.2f}×"
+def _faster_than_before(variant: str, today: int | None = None) -> Callable[[dict], str]:
+    """Today's export's (model `today`, default DEFAULT_DECODING) sentences per second over
+    the first model's (best rounds)."""
+    return lambda r: f"{_speed(r, variant, model=today) / _speed(r, variant, model=0):.2f}×"
 
 
 def _variants(record: dict) -> list[dict]:
-    """A translate_speed.py result's variants, before and today (float32, bfloat16), as rows."""
-    before, float32, bfloat16 = list(record["figures"]["models"].values())[:3]
+    """A translate_speed.py result's variants, as rows: before, 2f92848's and today's export
+    (float32, bfloat16)."""
+    before, previous, float32, bfloat16 = list(record["figures"]["models"].values())[:4]
     differ = "outputs_differing_from_the_first_model"
     return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
+             "previous": max(previous[name]["sentences_per_second"]),
              "float32": max(float32[name]["sentences_per_second"]),
              "bfloat16": max(figures["sentences_per_second"]),
              "differ": f"{float32[name][differ]} / {figures[differ]}",
+             "first": f"{min(before[name]['first_request_seconds']):.1f} / "
+                      f"{min(float32[name]['first_request_seconds']):.1f}",
              "sentences": figures["sentences"]}
             for name, figures in bfloat16.items()]
 
@@ -482,14 +490,18 @@ TABLES = (
         _figure("decoding in the request's order, today's export over the one before, greedy / "
                 "beam 4", DECODING, lambda r: " / ".join(
                     _faster_than_before(v)(r) for v in (GREEDY_INPUT, BEAM_INPUT))),
-        _figure("`nmt evaluate` on the dev set, s, before / today float32 / today bfloat16",
-                DECODING, lambda r: _per_model(r, "nmt_evaluate")),
-        _figure("dev BLEU (chrF) by `nmt evaluate`, greedy, before / today float32 / today "
-                "bfloat16", DECODING, lambda r: " / ".join(
+        _figure("`nmt evaluate` on the dev set, s, before / 2f92848 / today float32 / today "
+                "bfloat16", DECODING, lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("dev BLEU (chrF) by `nmt evaluate`, greedy, before / 2f92848 / today float32 / "
+                "today bfloat16", DECODING, lambda r: " / ".join(
                     f"{v['bleu']:.2f} ({v['chrf']:.2f})"
                     for v in r["figures"]["nmt_evaluate"].values())),
-        _figure("the Evaluator in `make run`'s setting, s, before / today float32 / today "
-                "bfloat16", EVALUATOR_TIME, lambda r: _per_model(r, "models")),
+        _figure("dev BLEU, bfloat16 decoding weights against float32 (paired bootstrap sd)",
+                DECODE_PRECISION_BLEU, lambda r: " ".join(
+                    f"{c['difference']:+.2f} ({c['bootstrap_std']:.2f})"
+                    for c in r["figures"]["candidates"].values())),
+        _figure("the Evaluator in `make run`'s setting, s, before / 2f92848 / today's code with "
+                "2f92848's export / today", EVALUATOR_TIME, lambda r: _per_model(r, "models")),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
@@ -498,7 +510,7 @@ TABLES = (
                 _export_seconds),
         _figure("decoding, the default recipe's export today over 58104d3's, greedy by length "
                 "/ in order, beam 4 by length / in order (best rounds)", EXPORT_DECODING,
-                lambda r: " / ".join(_faster_than_before(v)(r) for v in (
+                lambda r: " / ".join(_faster_than_before(v, today=1)(r) for v in (
                     GREEDY, GREEDY_INPUT, BEAM, BEAM_INPUT)) + f" ({_differing(r)} outputs "
                 "differ)"),
         _figure("`nmt evaluate` on the dev set with those exports, s, 58104d3's / today's",
@@ -531,14 +543,16 @@ TABLES = (
                  items=_stages),))
       for name, source in (("serving-profile", SERVING_PROFILE),
                            ("serving-profile-today", SERVING_PROFILE_TODAY))),
-    Table("decoding", ("variant", "before, sentences/s", "today float32", "today bfloat16",
-                       "today float32 over before", "bfloat16 over float32",
-                       "outputs that differ from before's, float32 / bfloat16", "lines"),
-          (Row(DECODING, ("{item[variant]}", "{item[before]:.1f}", "{item[float32]:.1f}",
-                          "{item[bfloat16]:.1f}",
+    Table("decoding", ("variant", "before (f223834), sentences/s", "2f92848",
+                       "today float32", "today bfloat16", "today float32 over before",
+                       "bfloat16 over float32",
+                       "outputs that differ from before's, float32 / bfloat16",
+                       "first request, s, before / today", "lines"),
+          (Row(DECODING, ("{item[variant]}", "{item[before]:.1f}", "{item[previous]:.1f}",
+                          "{item[float32]:.1f}", "{item[bfloat16]:.1f}",
                           lambda r: f"{r['item']['float32'] / r['item']['before']:.2f}×",
                           lambda r: f"{r['item']['bfloat16'] / r['item']['float32']:.2f}×",
-                          "{item[differ]}", "{item[sentences]:,}"),
+                          "{item[differ]}", "{item[first]}", "{item[sentences]:,}"),
                items=_variants),)),
     Table("scaling", ("component", "1× s", "4× s", "16× s", "16× s, 2 workers",
                       "16× peak MB, in memory / 2 workers"),

@@ -15,9 +15,10 @@ ARROW = eval_batches.constants.ARROW_RECORD_BATCH_KEY
 
 
 def _small_batches(rows: int, size: int) -> list[dict]:
-    return [{ARROW: pa.RecordBatch.from_pydict({"english": [f"s{i}" for i in
-                                                            range(start, min(start + size, rows))]})}
-            for start in range(0, rows, size)]
+    """Extracts as TFMA's reader makes them: `rows` sentences s0, s1, ... `size` a batch."""
+    return [{ARROW: pa.RecordBatch.from_pydict(
+        {"english": [f"s{i}" for i in range(start, min(start + size, rows))]})}
+        for start in range(0, rows, size)]
 
 
 def test_small_input_batches_reach_the_model_as_batches_of_eval_batch_rows():

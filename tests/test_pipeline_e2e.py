@@ -142,19 +142,33 @@ def test_evaluator_bleu_equals_sacrebleu_on_the_pushed_model(smoke_run):
 
 
 def test_pushed_model_serves_in_a_fresh_process(smoke_run):
+    """...and its TF Serving warm-up requests replay as TF Serving replays them at load: each
+    record's signature by name, its inputs by key (trainer_module/serving_warmup.py)."""
     path = pushed_path(smoke_run)
     script = (
         "import sys, tensorflow as tf, tensorflow_text\n"
+        "from tensorflow_serving.apis import prediction_log_pb2\n"
         f"m = tf.saved_model.load({path!r})\n"
+        f"warmup = tf.data.TFRecordDataset({path!r} + '/assets.extra/tf_serving_warmup_requests')\n"
+        "replayed = []\n"
+        "for record in warmup:\n"
+        "    request = prediction_log_pb2.PredictionLog.FromString(record.numpy()"
+        ").predict_log.request\n"
+        "    got = m.signatures[request.model_spec.signature_name](**{k: tf.make_ndarray(v) "
+        "for k, v in request.inputs.items()})\n"
+        "    replayed.append(f'{request.model_spec.signature_name}:{len(got[\"translation\"])}')\n"
         "out = m.signatures['serving_default'](tf.constant(['I am hungry.', 'Go.', '']))\n"
         "beam = m.signatures['beam_search'](tf.constant(['I am hungry.']))\n"
+        "print(replayed)\n"
         "print([t.decode() for t in out['translation'].numpy()], out['token_ids'].shape[0],"
         " float(beam['score'][0]) <= 0, sep='|')\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             cwd="/", env={k: v for k, v in os.environ.items()
                                           if k != "PYTHONPATH"}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    translations, batch, beam_ok = result.stdout.strip().splitlines()[-1].split("|")
+    replayed, served = result.stdout.strip().splitlines()[-2:]
+    assert eval(replayed) == ["serving_default:2", "beam_search:2"]  # a printed list of str
+    translations, batch, beam_ok = served.split("|")
     translations = eval(translations)  # a printed list of str
     assert len(translations) == 3 and translations[0] and translations[2] == ""
     assert batch == "3" and beam_ok == "True"
