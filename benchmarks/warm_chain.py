@@ -21,6 +21,8 @@ Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --wo
   spans               fra.txt cut into two spans by a hash of the English sentence: a run of 1
                       unit on span 1, then one of 1 unit warm-started on span 2 alone, against
                       a run of 2 units from scratch on both spans (`--spans 2`)
+  spans_two           as spans, but the warm-started run reads the newest two spans
+                      (`--spans 2`): span 2 and span 1, which its base model trained on
 Every run is the product's `nmt run --warm-start --train-minutes M` (the first of a chain
 finds nothing served and trains from scratch), with `--min-bleu 0`: the chain measures
 training, and a short run below the cpu profile's gate would push nothing to continue. Each
@@ -45,7 +47,7 @@ from benchmarks.paired import paired_bootstrap, read_lines
 
 SERVING = os.path.join("serving", "nmt-fra-eng")
 ARMS = ("chain_3x10", "chain_2x30", "chain_3x10_restart", "chain_3x10_total_tail", "fresh_60",
-        "spans", "chain_3x_steps")
+        "spans", "chain_3x_steps", "spans_two")
 # (arm, run index) pairs compared: candidate against baseline.
 COMPARISONS = (
     ("chain of 3 x 1 unit against 3 units from scratch", ("chain_3x10", 2), ("chain_2x30", 0)),
@@ -61,6 +63,10 @@ COMPARISONS = (
      ("spans", 1), ("spans", 2)),
     ("chain of 3 runs of a third of its steps each, against 3 units from scratch",
      ("chain_3x_steps", 2), ("chain_2x30", 0)),
+    ("1 unit on span 1 then 1 warm on both spans, against 2 units from scratch on both",
+     ("spans_two", 1), ("spans", 2)),
+    ("1 unit on span 1 then 1 warm on both spans, against 1 warm on span 2 alone",
+     ("spans_two", 1), ("spans", 1)),
 )
 
 
@@ -84,6 +90,11 @@ def runs_of(arm: str, unit: float, work: str) -> list[dict]:
             fresh = json.load(f)["runs"][0]["train_steps"]
         return [{"steps": round(fresh / 3), "root": root}] * 3
     spans = os.path.join(work, "spans_data", "fra-{SPAN}.txt")
+    if arm == "spans_two":  # its own span files: the first run must find span 1 alone
+        spans = os.path.join(work, "spans_two_data", "fra-{SPAN}.txt")
+        return [{"minutes": unit, "root": root, "data": spans, "spans_present": 1},
+                {"minutes": unit, "root": root, "data": spans, "spans_present": 2,
+                 "flags": ["--spans", "2"]}]
     return [{"minutes": unit, "root": root, "data": spans, "spans_present": 1},
             {"minutes": unit, "root": root, "data": spans, "spans_present": 2},
             {"minutes": 2 * unit, "root": root + "_both", "data": spans, "spans_present": 2,
