@@ -132,10 +132,13 @@ def test_every_result_file_has_the_layout(name):
     assert MACHINE <= record["machine"].keys(), name
 
 
-def test_suite_time_reads_pytests_last_summary_line():
-    log = ("== 3 passed in 1.00s ==\n"
+def test_suite_time_reads_pytests_last_summary_line_and_the_workers():
+    log = (".venv/bin/python -m pytest -q -n 3 --durations=15 --cpu-durations=10 \\\n"
+           "== 3 passed in 1.00s ==\n"
            "==== 476 passed, 2 failed, 5 warnings in 798.00s (0:13:18) ====\n")
-    assert suite_time.summary(log) == {"passed": 476, "minutes": 13.3, "failed": 2}
+    assert suite_time.summary(log) == {"passed": 476, "minutes": 13.3, "failed": 2,
+                                       "workers": 3}
+    assert suite_time.summary(log.split("\n", 1)[1])["workers"] is None
 
 
 def test_make_run_reads_gnu_times_report():
