@@ -10,9 +10,8 @@ ARGS ?=
 # Extra flags for pytest, e.g. make test PYTEST_ARGS="-m faults -x"
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` (0: one process, e.g. to use --pdb). Each worker gets
-# whole modules, so a module's fixtures are built once (tests/conftest.py). One more than the
-# 2 cores: the Flink cluster's tests mostly wait on Flink, and a third worker uses that time.
-TEST_WORKERS ?= 3
+# whole modules, so a module's fixtures are built once (tests/conftest.py).
+TEST_WORKERS ?= 2
 # The unit tests: nothing that runs a pipeline, a Kubeflow spec, distributed training or a
 # program outside the venv such as Flink's JVM (markers: pytest.ini, applied in tests/conftest.py).
 FAST_MARKERS := not (pipeline or external or kubeflow or distributed or slow or flink)

@@ -41,13 +41,17 @@ MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
                   "test_figures": "figures"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
 SLOW_FIXTURES = {"overfit", "exported_translator"}
-# `make test` runs on pytest-xdist workers (Makefile, TEST_WORKERS), and each worker builds
-# its own session- and module-scoped fixtures; so the scheduler below hands out whole modules,
-# and these modules, whose tests share the smoke pipeline root (fixtures smoke_run,
-# smoke_rerun), as one unit.
+# `make test` runs on two pytest-xdist workers, and each worker builds its own session- and
+# module-scoped fixtures; so the scheduler below hands out whole modules, and these modules,
+# whose tests share the smoke pipeline root (fixtures smoke_run, smoke_rerun), as one unit.
 SMOKE_ROOT_FIXTURES = {"smoke_run", "smoke_rerun"}
 SMOKE_ROOT_MODULES = {"test_data_pipeline", "test_evaluate", "test_metadata",
                       "test_metadata_stores", "test_pipeline_e2e"}
+# The Flink modules, one after the other on one worker: test_flink.py counts the engine
+# processes alive (job servers, worker pools, SDK workers), which the session cluster's of
+# test_flink_cluster.py and test_worker_pool.py's SDK workers would be among; and two Flink
+# engines at once would share 2 cores.
+FLINK_MODULES = {"test_flink", "test_flink_cluster", "test_worker_pool"}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -121,16 +125,14 @@ def _write_worker_timeline(terminalreporter) -> None:
 
 # The longest units (by make test's worker timeline), started first: xdist orders units by
 # their number of tests, which would leave the longest one running alone at the end.
-# test_flink_cluster.py waits on Flink's restart delays and slot timeouts for most of its
-# time: started first, other modules use the cores meanwhile.
-LONGEST_FIRST = ("tests/test_flink_cluster.py", "the smoke root", "tests/test_faults.py",
+LONGEST_FIRST = ("the Flink modules", "the smoke root", "tests/test_faults.py",
                  "tests/test_kubeflow_launcher.py", "tests/test_distributed.py",
-                 "tests/test_flink.py", "tests/test_warm_start.py")
+                 "tests/test_warm_start.py")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
-    """xdist's per-module scheduling, with the smoke root's modules as one unit, the longest
-    units first: a worker takes the next unit as its own run out, so the longest-first order
+    """xdist's per-module scheduling, with the smoke root's modules as one unit and the Flink
+    modules as another, the longest units first: a worker takes the next unit as its own run out, so the longest-first order
     leaves only short units for the end."""
     from xdist.scheduler import LoadScopeScheduling
 
@@ -138,7 +140,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             module = os.path.splitext(os.path.basename(path))[0]
-            return "the smoke root" if module in SMOKE_ROOT_MODULES else path
+            if module in SMOKE_ROOT_MODULES:
+                return "the smoke root"
+            return "the Flink modules" if module in FLINK_MODULES else path
 
         def _assign_work_unit(self, node) -> None:
             for scope in reversed(LONGEST_FIRST):
@@ -207,7 +211,7 @@ def fra_sample(fra_txt, tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def direct_run(fra_sample, tmp_path_factory) -> str:
     """The sample through Transform on the DirectRunner (in memory): the reference whose
-    outputs the Flink modules' engines must give (one run per pytest-xdist worker)."""
+    outputs the Flink modules' engines must give (one run for both; they share a worker)."""
     root = str(tmp_path_factory.mktemp("direct"))
     run = run_nmt(*smoke_args(fra_sample, root, SMOKE_TRAIN_STEPS), "--to", "Transform")
     assert run.returncode == 0, run.stderr[-5000:]

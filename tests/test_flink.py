@@ -28,21 +28,8 @@ TRAIN_STEPS = 20  # the model only has to train, be evaluated and pushed
 DATA_AND_TRANSFORM = ("--to", "Transform")
 
 
-# A run of this module names its pipeline root in its environment, which the engine's
-# processes inherit (the job server, the worker pool and its SDK workers): the counts below
-# are that run's, never the processes of test_flink_cluster.py's session cluster, which may
-# run beside this module on another pytest-xdist worker.
-RUN_ROOT = "NMT_TEST_FLINK_ROOT"
-
-
-def _env(root: str) -> dict[str, str]:
-    """The environment of a run under `root` whose engine processes are counted."""
-    return {**os.environ, RUN_ROOT: root}
-
-
-def _processes(*words: str, root: str | None = None) -> list[int]:
-    """Pids of the processes whose command line has all of `words` (and, given `root`,
-    that a run under `root` started)."""
+def _processes(*words: str) -> list[int]:
+    """Pids of the processes whose command line has all of `words`."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -50,23 +37,22 @@ def _processes(*words: str, root: str | None = None) -> list[int]:
                 command = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if all(word in command for word in words) and (
-                root is None or _environment(int(pid)).get(RUN_ROOT) == root):
+        if all(word in command for word in words):
             found.append(int(pid))
     return found
 
 
-def _sdk_workers(root: str) -> list[int]:
-    """The SDK workers of a run under `root`: the worker pool starts each as
-    `python -c '...SdkHarness(...).run()'`."""
-    return _processes("SdkHarness(", root=root)
+def _sdk_workers() -> list[int]:
+    """The worker pool starts each SDK worker as `python -c '...SdkHarness(...).run()'`."""
+    return _processes("SdkHarness(")
 
 
 def _engine_processes(root: str) -> list[int]:
-    """The job server of a run under `root` (its artifacts directory is there), its worker
-    pool and SDK workers."""
-    return (_processes(flink.LAUNCHER_JAR, root) +
-            _processes("-m", "engines.worker_pool", root=root) + _sdk_workers(root))
+    """The job server of a run under `root` (its artifacts directory is there), and any
+    worker pool or SDK worker (the tests of this module run one at a time, and never beside
+    test_flink_cluster.py's: tests/conftest.py, FLINK_MODULES)."""
+    return (_processes(flink.LAUNCHER_JAR, root) + _processes("-m", "engines.worker_pool")
+            + _sdk_workers())
 
 
 def _statistics(examples_stats_uri: str) -> dict[str, statistics_pb2.DatasetFeatureStatistics]:
@@ -123,16 +109,15 @@ def _environment(pid: int) -> dict[str, str]:
     return {}
 
 
-def _run_watching_workers(args: list[str], root: str
-                          ) -> tuple[subprocess.CompletedProcess, int, list]:
-    """`nmt ARGS` (a run under `root`), the most SDK worker processes alive at once while it
-    ran, and the environments of those it saw."""
+def _run_watching_workers(args: list[str]) -> tuple[subprocess.CompletedProcess, int, list]:
+    """`nmt ARGS`, the most SDK worker processes alive at once while it ran, and the
+    environments of those it saw."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO, stdout=out,
-                                stderr=err, text=True, env=_env(root))
+                                stderr=err, text=True)
         most, environments = 0, {}
         while proc.poll() is None:
-            workers = _sdk_workers(root)
+            workers = _sdk_workers()
             most = max(most, len(workers))
             environments.update((pid, _environment(pid)) for pid in workers
                                 if pid not in environments)
@@ -150,24 +135,24 @@ def flink_run(fra_sample, tmp_path_factory) -> FlinkRun:
     root = str(tmp_path_factory.mktemp("flink"))
     args = [*smoke_args(fra_sample, root, TRAIN_STEPS), *FLINK, *DATA_AND_TRANSFORM]
     proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=REPO,
-                            stderr=subprocess.PIPE, text=True, env=_env(root))
+                            stderr=subprocess.PIPE, text=True)
     log = []
     for line in proc.stderr:  # ExampleGen finishes on Flink; StatisticsGen's job starts
         log.append(line)
         if "Component StatisticsGen is running." in line:
             break
-    earlier = set(_sdk_workers(root))  # ExampleGen's, if the pool has not stopped them yet
+    earlier = set(_sdk_workers())  # ExampleGen's, if the pool has not stopped them yet
     deadline = time.monotonic() + 300
-    while not set(_sdk_workers(root)) - earlier and time.monotonic() < deadline \
+    while not set(_sdk_workers()) - earlier and time.monotonic() < deadline \
             and proc.poll() is None:
         time.sleep(0.1)
-    victims = sorted(set(_sdk_workers(root)) - earlier)
+    victims = sorted(set(_sdk_workers()) - earlier)
     assert victims, "no SDK worker started for StatisticsGen's job"
     os.kill(victims[0], signal.SIGKILL)
     log += proc.stderr.readlines()
     status = proc.wait()
     assert _engine_processes(root) == []
-    rerun, most_workers, environments = _run_watching_workers(args, root)
+    rerun, most_workers, environments = _run_watching_workers(args)
     assert rerun.returncode == 0, rerun.stderr[-5000:]
     return FlinkRun(root, "".join(log), victims[0], status, rerun, most_workers, environments)
 
@@ -260,7 +245,7 @@ def test_ctrl_c_stops_the_job_server_and_the_workers(fra_sample, tmp_path):
     root = str(tmp_path / "interrupted")
     proc = subprocess.Popen([sys.executable, "-m", "cli",
                              *smoke_args(fra_sample, root, TRAIN_STEPS), *FLINK],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True, env=_env(root))
+                            cwd=REPO, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # the engine is up and ExampleGen's job is on it
         if "Component FraTxtExampleGen is running." in line:
             break
