@@ -31,10 +31,9 @@ from tfx.orchestration.pipeline import Pipeline
 from tfx.types import standard_artifacts
 
 from benchmarks import results
-from components import eval_batches
 from metadata import artifacts
 from pipeline.config import DEFAULT_BEAM_ARGS
-from pipeline.eval_config import make_eval_config
+from pipeline.eval_config import evaluator_args
 
 
 def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[float, dict]:
@@ -47,8 +46,7 @@ def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[flo
     model = Importer(source_uri=model_uri, artifact_type=standard_artifacts.Model
                      ).with_id("model")
     evaluator = Evaluator(examples=examples.outputs["result"], model=model.outputs["result"],
-                          eval_config=make_eval_config(0.0, 100.0),
-                          module_path=eval_batches.__name__)
+                          **evaluator_args(0.0, 100.0))
     pipeline = Pipeline(
         pipeline_name="evaluator-time", pipeline_root=root,
         components=[examples, model, evaluator], enable_cache=False,

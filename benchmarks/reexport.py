@@ -19,7 +19,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the exported graph's tokenizer ops)
 import tensorflow_transform as tft
 
-from trainer_module import export, serving_warmup, task
+from trainer_module import export, task
 from trainer_module.hparams import get_profile, parse_override
 
 
@@ -44,7 +44,6 @@ def main() -> None:
                          f"{args.hparam}: give the recipe it was trained with")
     model.set_weights([v.numpy() for v in trained])
     export.export_translator(model, output, hparams, args.out)
-    serving_warmup.write_warmup_requests(args.out)  # as the Trainer writes it
     print(f"Exported {args.model}'s weights to {args.out}.")
 
 

@@ -5,6 +5,7 @@ import json
 
 import tensorflow_model_analysis as tfma
 
+from components import eval_batches
 from components.tfma_metrics import CORPUS_BLEU_1REF_NAME, CORPUS_CHRF_1REF_NAME
 from trainer_module.export import EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE, TRANSLATION
 from transform_module.preprocessing import FRENCH, LENGTH_BUCKET
@@ -55,3 +56,12 @@ def make_eval_config(min_bleu: float, max_drop: float) -> tfma.EvalConfig:
 
 def _overall(threshold: tfma.MetricThreshold) -> list[tfma.PerSliceMetricThreshold]:
     return [tfma.PerSliceMetricThreshold(slicing_specs=[tfma.SlicingSpec()], threshold=threshold)]
+
+
+def evaluator_args(min_bleu: float, max_drop: float) -> dict:
+    """The Evaluator's arguments besides its inputs, as the pipeline gives them (and
+    benchmarks/evaluator_time.py, to time it as `make run` runs it): make_eval_config's
+    measures and gate, and components/eval_batches.py, which merges TFMA's input into large
+    model calls."""
+    return {"eval_config": make_eval_config(min_bleu, max_drop),
+            "module_path": eval_batches.__name__}

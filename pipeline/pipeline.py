@@ -16,13 +16,12 @@ from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import pusher_pb2, trainer_pb2
 from tfx.types import Channel, standard_artifacts
 
-from components import eval_batches
 from components.atomic_pusher import AtomicPusher
 from components.fra_example_gen.component import FraTxtExampleGen
 from components.served_model import ServedModel
 from components.strict_example_validator import StrictExampleValidator
 from pipeline.config import TRAINER_MODULE, TRANSFORM_MODULE
-from pipeline.eval_config import make_eval_config
+from pipeline.eval_config import evaluator_args
 from pipeline.stats_options import make_stats_options
 
 PREPROCESSING_FN = f"{TRANSFORM_MODULE}.preprocessing_fn"
@@ -96,8 +95,7 @@ def create_pipeline(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
         baseline_model=(latest_blessed_model.outputs["model"]
                         if compare_with_latest_blessed else None),
-        eval_config=make_eval_config(min_bleu, max_metric_drop),
-        module_path=eval_batches.__name__)  # its model calls on large batches
+        **evaluator_args(min_bleu, max_metric_drop))
     pusher = AtomicPusher(
         model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(

@@ -26,7 +26,7 @@ from typing import Callable
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from trainer_module import decoding, devices, segmentation
+from trainer_module import decoding, devices, segmentation, serving_warmup
 from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
 from trainer_module.optimization import token_cross_entropy
@@ -392,6 +392,14 @@ def reference_token_sums(model: Transformer, source_ids: tf.RaggedTensor,
     return {"token_nll": nll, "token_correct": correct, "token_count": count}
 
 
+def _copy(model: Transformer, policy: str) -> Transformer:
+    """A model of `model`'s hparams and weights, computing with Keras dtype policy `policy`."""
+    copy = Transformer(dataclasses.replace(model.hparams, precision="float32"), policy=policy)
+    copy((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def float32_copy(model: Transformer) -> Transformer:
     """The trained weights in a float32 model built outside any distribution strategy.
 
@@ -402,22 +410,14 @@ def float32_copy(model: Transformer) -> Transformer:
     """
     if tf.distribute.has_strategy():
         raise RuntimeError("float32_copy must be called outside the strategy's scope")
-    copy = Transformer(dataclasses.replace(model.hparams, precision="float32"))
-    copy((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
-    copy.set_weights(model.get_weights())
-    return copy
+    return _copy(model, "float32")
 
 
 def decoding_copy(model: Transformer, precision: str) -> Transformer:
     """The model that decodes in the export: `model` itself for float32, else a copy with
     bfloat16 weights (hparams.DECODE_PRECISIONS; "auto": devices.resolve_decode_precision)."""
     precision, _ = devices.resolve_decode_precision(precision)
-    if precision == "float32":
-        return model
-    copy = Transformer(model.hparams, policy="bfloat16")
-    copy((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
-    copy.set_weights(model.get_weights())
-    return copy
+    return model if precision == "float32" else _copy(model, "bfloat16")
 
 
 def signatures(translator: Translator) -> dict[str, tf.types.experimental.GenericFunction]:
@@ -431,5 +431,8 @@ def signatures(translator: Translator) -> dict[str, tf.types.experimental.Generi
 
 def export_translator(model: Transformer, tf_transform_output: tft.TFTransformOutput,
                       hparams: HParams, export_dir: str) -> None:
+    """The SavedModel of `model` (float32: float32_copy) in export_dir, with TF Serving's
+    warm-up requests for the signatures a client calls."""
     translator = Translator(model, tf_transform_output, hparams)
     tf.saved_model.save(translator, export_dir, signatures=signatures(translator))
+    serving_warmup.write_warmup_requests(export_dir, (SERVING_SIGNATURE, BEAM_SIGNATURE))

@@ -8,10 +8,10 @@ first request. `nmt translate` and the Evaluator load the model themselves and p
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 import tensorflow as tf
 
-from trainer_module.export import BEAM_SIGNATURE, SERVING_SIGNATURE
 from transform_module.preprocessing import ENGLISH
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
@@ -19,18 +19,18 @@ WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # long sentences is cut into clauses first).
 WARMUP_SENTENCES = ("Hello.", "When the rain stopped, we went out for a walk in the park, but "
                     "it started again before we could get home, so we waited under a tree.")
-# The signatures a client calls: greedy and beam search (the Evaluator loads the model itself).
-WARMUP_SIGNATURES = (SERVING_SIGNATURE, BEAM_SIGNATURE)
 
 
-def write_warmup_requests(export_dir: str) -> str:
-    """Writes one PredictionLog per signature of WARMUP_SIGNATURES; returns the file's path."""
+def write_warmup_requests(export_dir: str, signatures: Sequence[str]) -> str:
+    """Writes one PredictionLog per signature (those a client calls: export.export_translator
+    names greedy and beam search; the Evaluator loads the model itself); returns the file's
+    path."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     path = os.path.join(export_dir, WARMUP_FILE)
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.TFRecordWriter(path) as writer:
-        for signature in WARMUP_SIGNATURES:
+        for signature in signatures:
             request = predict_pb2.PredictRequest(
                 model_spec=model_pb2.ModelSpec(signature_name=signature))
             request.inputs[ENGLISH].CopyFrom(tf.make_tensor_proto(list(WARMUP_SENTENCES)))

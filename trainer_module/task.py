@@ -22,7 +22,7 @@ import tf_keras as keras
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from trainer_module import (budget, callbacks, devices, export, hparams as hparams_lib,
-                            serving_warmup, warm_start)
+                            warm_start)
 from trainer_module.input_pipeline import make_dataset, validation_dataset
 from trainer_module.model import Transformer
 from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE, TrainerSettings
@@ -251,7 +251,6 @@ def run_fn(fn_args: FnArgs) -> None:
                   averaged_steps)
     export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
                              fn_args.serving_model_dir)
-    serving_warmup.write_warmup_requests(fn_args.serving_model_dir)
     warm_start.write_record(fn_args.serving_model_dir, warm_start.TrainingRecord(
         hparams=dataclasses.asdict(hparams), train_steps=hparams.train_steps,
         total_train_steps=steps_before + hparams.train_steps, transform=settings.transform))
