@@ -276,7 +276,7 @@ GREEDY_INPUT, BEAM_INPUT = "greedy, input order", "beam 4, input order"
 # The export before issue #67's changes (f223834's), 2f92848's (float32), then today's with
 # float32 (the default) and with bfloat16 decoding weights, all from the same weights; "today"
 # in single figures is the float32 export.
-DECODING, DEFAULT_DECODING = "translate_speed_attention_epyc_bf16.json", 2
+DECODING, DEFAULT_DECODING = "translate_speed_warmup_epyc_bf16.json", 2
 # The AMD EPYC make run's model with the loop guard one pass per copy length, then in one
 # pass, then the rotary model.
 LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
