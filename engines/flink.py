@@ -47,6 +47,13 @@ JAVA_OPENS = ("java.base/java.lang", "java.base/java.net", "java.base/java.io",
 WORKER_POOL_PORT = 50000
 CLUSTER_WORKER_POOL = f"localhost:{WORKER_POOL_PORT}"
 JOB_PORT = 8099  # Beam's job servers' default
+# Where a run's Beam components find its engine: environment variables that `flink_engine`
+# sets and TFX reads when a component runs (placeholders in the Beam flags). The ports are
+# the preferred ones only when those are free, and TFX's cache keys include the Beam flags as
+# written: with the ports in them, a run whose preferred port was taken (another run's engine,
+# the session cluster's worker pool, any program) re-ran every finished component.
+JOB_ENDPOINT_VARIABLE = "NMT_FLINK_JOB_ENDPOINT"
+WORKER_POOL_VARIABLE = "NMT_FLINK_WORKER_POOL"
 # The job server's JVM heap, unless JDK_JAVA_OPTIONS sets one: Java's default is a quarter of
 # the machine's memory, which Flink's heap then grows into; batch jobs sort and spill in
 # Flink's own managed memory, outside it (BENCHMARKS.md, "Beam engines").
@@ -149,9 +156,8 @@ def check_reachable(address: str, seconds: float = _REACH_SECONDS) -> None:
 
 
 def port(preferred: int) -> int:
-    """`preferred` if it is free, else any free port. The ports are in the Beam flags that
-    TFX's cache keys include: the same ports run after run keep finished components cached
-    (two Flink runs at once on one machine get other ports, and no cache hits)."""
+    """`preferred` if it is free, else any free port (the Beam flags name it through an
+    environment variable, so finished components stay cached whichever: JOB_ENDPOINT_VARIABLE)."""
     for wanted in (preferred, 0):
         with socket.socket() as s, contextlib.suppress(OSError):
             s.bind(("localhost", wanted))
@@ -245,18 +251,29 @@ class FlinkEngine:
         return self.watchdog.lost if self.watchdog else None
 
     @property
-    def beam_args(self) -> tuple[str, ...]:
-        """On a cluster, its own parallelism and SDK workers per TaskManager apply."""
+    def beam_args(self) -> tuple:
+        """The Beam flags of the run's components, the endpoints as placeholders that TFX
+        resolves from `environment` (JOB_ENDPOINT_VARIABLE says why). On a cluster, its own
+        parallelism and SDK workers per TaskManager apply."""
+        from tfx.dsl.placeholder import placeholder as ph
+
         sized = () if self.master != "[local]" else (
             f"--parallelism={self.parallelism}",
             # one SDK worker process per slot, so the cores work in parallel
             f"--sdk_worker_parallelism={self.parallelism}")
-        return ("--runner=PortableRunner", f"--job_endpoint={self.job_endpoint}",
-                "--environment_type=EXTERNAL", f"--environment_config={self.worker_pool}",
+        return ("--runner=PortableRunner",
+                "--job_endpoint=" + ph.environment_variable(JOB_ENDPOINT_VARIABLE),
+                "--environment_type=EXTERNAL",
+                "--environment_config=" + ph.environment_variable(WORKER_POOL_VARIABLE),
                 *sized,
                 # and kept from stage to stage: Flink runs a batch job stage after stage, and
                 # without a cache each stage starts new workers, each importing TensorFlow
                 f"--environment_cache_millis={_ENVIRONMENT_CACHE_MS}")
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The variables that beam_args' placeholders read: set while the run runs."""
+        return {JOB_ENDPOINT_VARIABLE: self.job_endpoint, WORKER_POOL_VARIABLE: self.worker_pool}
 
     @property
     def description(self) -> str:
@@ -382,6 +399,7 @@ def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
     job_port = port(JOB_PORT)
     processes = []
     watchdog = None
+    saved: dict[str, str | None] = {}  # the environment's values before the engine's
 
     def interrupted(signum, frame) -> None:
         # Ctrl-C stops the engine first: a KeyboardInterrupt raised where Python swallows it
@@ -407,10 +425,18 @@ def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
         job_endpoint = f"localhost:{job_port}"
         if not flink_master:
             watchdog = WorkerWatchdog(processes[0], job_endpoint)
-        yield FlinkEngine(job_endpoint=job_endpoint, worker_pool=worker_pool,
-                          parallelism=parallelism or os.cpu_count() or 1, master=master,
-                          log_path=log_path, watchdog=watchdog)
+        engine = FlinkEngine(job_endpoint=job_endpoint, worker_pool=worker_pool,
+                             parallelism=parallelism or os.cpu_count() or 1, master=master,
+                             log_path=log_path, watchdog=watchdog)
+        saved.update((name, os.environ.get(name)) for name in engine.environment)
+        os.environ.update(engine.environment)
+        yield engine
     finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if on_main_thread:
             signal.signal(signal.SIGINT, previous_handler)
         if watchdog:

@@ -68,7 +68,9 @@ class PipelineConfig:
     hparams: dict[str, Any] = dataclasses.field(default_factory=dict)  # profile overrides
     min_bleu: float | None = None  # None: the profile's
     max_metric_drop: float = DEFAULT_MAX_METRIC_DROP
-    beam_pipeline_args: tuple[str, ...] = DEFAULT_BEAM_ARGS
+    # Strings, or TFX placeholders resolved when a component runs (engines/flink.py's
+    # endpoints, which must stay out of TFX's cache keys).
+    beam_pipeline_args: tuple = DEFAULT_BEAM_ARGS
     enable_cache: bool = True
     compare_with_latest_blessed: bool = True  # False on open-source KFP (no resolver steps)
     # A warm start (pipeline/warm_start.py): the Trainer starts from a served version, whose

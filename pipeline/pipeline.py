@@ -43,7 +43,7 @@ def create_pipeline(
     min_bleu: float,
     max_metric_drop: float,
     serving_dir: str,
-    beam_pipeline_args: Sequence[str],
+    beam_pipeline_args: Sequence,  # strings or TFX placeholders (PipelineConfig)
     compare_with_latest_blessed: bool = True,
     warm_start_version: int | None = None,
     enable_cache: bool = True,

@@ -11,6 +11,7 @@ import glob
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -199,6 +200,23 @@ def test_the_sdk_workers_run_with_the_engines_malloc_arenas(flink_run, monkeypat
         assert environment["PATH"].startswith(os.path.dirname(sys.executable))
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # a user's own setting is kept
     assert flink.engine_env()["MALLOC_ARENA_MAX"] == "8"
+
+
+def test_a_rerun_on_other_ports_reuses_every_finished_component(flink_run, fra_sample):
+    """The engine's ports stay out of TFX's cache keys (engines/flink.py,
+    JOB_ENDPOINT_VARIABLE): with the job server's and the worker pool's preferred ports taken,
+    the same run gets other ports and runs nothing again."""
+    args = [*smoke_args(fra_sample, flink_run.root, TRAIN_STEPS), *FLINK, *DATA_AND_TRANSFORM]
+    with socket.socket() as job_port, socket.socket() as pool_port:
+        for taken, port in ((job_port, flink.JOB_PORT), (pool_port, flink.WORKER_POOL_PORT)):
+            with contextlib.suppress(OSError):  # already taken by another program: as good
+                taken.bind(("localhost", port))
+        rerun = run_nmt(*args)
+    assert rerun.returncode == 0, rerun.stderr[-5000:]
+    for component in ("FraTxtExampleGen", "StatisticsGen", "Transform"):
+        assert re.search(rf"{component} +[\d.]+ s  cached", rerun.stderr), component
+    assert "Flink job nmt-" not in rerun.stderr
+    assert _engine_processes(flink_run.root) == []
 
 
 def test_unreachable_flink_master_fails_at_once_and_writes_nothing(fra_sample, tmp_path):
