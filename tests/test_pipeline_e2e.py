@@ -24,6 +24,7 @@ from helpers import (SMOKE_TRAIN_STEPS, TF_SERVING_2_12_TEXT_OPS, checkpoint_ste
                      latest_artifact, nmt_translate, open_store, ops_core_tensorflow_lacks,
                      serving_dir, versions)
 from test_logs import NOISE
+from trainer_module.serving_warmup import WARMUP_FILE
 from trainer_module.settings import HISTORY_FILE
 
 def pushed_path(run) -> str:
@@ -149,7 +150,7 @@ def test_pushed_model_serves_in_a_fresh_process(smoke_run):
         "import sys, tensorflow as tf, tensorflow_text\n"
         "from tensorflow_serving.apis import prediction_log_pb2\n"
         f"m = tf.saved_model.load({path!r})\n"
-        f"warmup = tf.data.TFRecordDataset({path!r} + '/assets.extra/tf_serving_warmup_requests')\n"
+        f"warmup = tf.data.TFRecordDataset({os.path.join(path, WARMUP_FILE)!r})\n"
         "replayed = []\n"
         "for record in warmup:\n"
         "    request = prediction_log_pb2.PredictionLog.FromString(record.numpy()"

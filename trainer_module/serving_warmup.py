@@ -21,10 +21,9 @@ WARMUP_SENTENCES = ("Hello.", "When the rain stopped, we went out for a walk in 
                     "it started again before we could get home, so we waited under a tree.")
 
 
-def write_warmup_requests(export_dir: str, signatures: Sequence[str]) -> str:
+def write_warmup_requests(export_dir: str, signatures: Sequence[str]) -> None:
     """Writes one PredictionLog per signature (those a client calls: export.export_translator
-    names greedy and beam search; the Evaluator loads the model itself); returns the file's
-    path."""
+    names greedy and beam search; the Evaluator loads the model itself)."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     path = os.path.join(export_dir, WARMUP_FILE)
@@ -36,4 +35,3 @@ def write_warmup_requests(export_dir: str, signatures: Sequence[str]) -> str:
             request.inputs[ENGLISH].CopyFrom(tf.make_tensor_proto(list(WARMUP_SENTENCES)))
             writer.write(prediction_log_pb2.PredictionLog(
                 predict_log=prediction_log_pb2.PredictLog(request=request)).SerializeToString())
-    return path
