@@ -5,7 +5,7 @@ evaluate` on both) and its decoding speed is compared side by side (`translate_s
     PYTHONPATH=. .venv/bin/python -m benchmarks.reexport \\
         --model nmt_runs/Trainer/model/52/Format-Serving \\
         --transform-graph nmt_runs/Transform/transform_graph/51 --out /tmp/reexported \\
-        [--profile cpu] [--hparam NAME=VALUE ...] [--decode-batch N]
+        [--profile cpu] [--hparam NAME=VALUE ...] [--decode-rows N]
 
 --profile and --hparam must name the recipe the model was trained with (its shapes must match);
 the export's own settings (split_sentences, decode lengths, beam) are this checkout's.
@@ -31,10 +31,10 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--hparam", action="append", default=[], type=parse_override)
-    parser.add_argument("--decode-batch", type=int, default=export.DECODE_BATCH,
-                        help="sentences decoded together by length (export.DECODE_BATCH)")
+    parser.add_argument("--decode-rows", type=int, default=export.DECODE_ROWS,
+                        help="rows decoded together by length (export.DECODE_ROWS)")
     args = parser.parse_args()
-    export.DECODE_BATCH = args.decode_batch
+    export.DECODE_ROWS = args.decode_rows
     output = tft.TFTransformOutput(args.transform_graph)
     hparams, model = task.exportable_model(
         dataclasses.replace(get_profile(args.profile), **dict(args.hparam)), output)

@@ -32,7 +32,7 @@ from trainer_module.hparams import get_profile, parse_override
 from transform_module.preprocessing import detokenize
 from transform_module.tokens import END_ID
 
-BATCH_SIZE = 64  # nmt translate's
+BATCH_SIZE = 64  # a TF Serving client's request, as issue #67's figures are
 _STRINGS = tf.TensorSpec([None], tf.string)
 _IDS = tf.TensorSpec([None, None], tf.int32)
 

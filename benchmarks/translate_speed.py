@@ -1,4 +1,5 @@
-"""Decoding speed of exported models, as `nmt translate` and `nmt evaluate` decode: greedy
+"""Decoding speed of exported models through the signatures `nmt translate` and `nmt evaluate`
+call, in requests of REQUEST_BATCH sentences (a TF Serving client's): greedy
 (`serving_default`) against beam search (`beam_search`), batches in the input's order against
 batches of similar lengths; sentences per second and milliseconds per sentence after the
 first request, and the first request's seconds (the model loaded, TensorFlow optimizes the
@@ -35,6 +36,9 @@ from benchmarks import results
 from inference import translate
 
 LONG_OUTPUT_WORDS = 30
+# Sentences per request in the batched variants: a TF Serving client's size, the batch of
+# issue #67's figures (`nmt translate` and `nmt evaluate` send translate.BATCH_SIZE).
+REQUEST_BATCH = 64
 # What decides how fast an exported model decodes, besides its weights: the model, the decoders,
 # the export's graph and sentence splitting, and the client's batching.
 DECODING_CODE = ("trainer_module/model.py", "trainer_module/positions.py",
@@ -74,7 +78,7 @@ def decoding_code_fingerprint(repo: str = os.path.dirname(os.path.dirname(
 def _variants(model_dir: str, batch_one: bool) -> dict[str, tuple[int | None, bool, int]]:
     """Variant name -> (beam width or None for greedy, batches by length, batch size)."""
     width = translate.exported_beam_width(model_dir)
-    batch = translate.BATCH_SIZE
+    batch = REQUEST_BATCH
     variants = {"greedy, by length": (None, True, batch), "greedy, input order": (None, False, batch),
                 f"beam {width}, by length": (width, True, batch),
                 f"beam {width}, input order": (width, False, batch)}
@@ -156,7 +160,7 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_
         return found
 
     result = {"decoding_code": decoding_code_fingerprint(), "sentences": len(sentences),
-              "rounds": rounds, "batch_size": translate.BATCH_SIZE,
+              "rounds": rounds, "batch_size": REQUEST_BATCH,
               "models": {m: {name: figures_of(m, name) for name in variants[m]}
                          for m in model_dirs}}
     if reference:

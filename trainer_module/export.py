@@ -46,10 +46,12 @@ TRANSLATION = "translation"
 # 8,000 pieces. Unchunked, one example of 500 references, or a batch of hundreds of examples,
 # would take gigabytes.
 REFERENCE_CHUNK = 64
-# Sentences decoded together, sorted by length (Translator.decode_by_length): fewer leave more
-# of a step's fixed cost to each, more mix lengths; 64 decoded faster than 16 in every variant
-# (BENCHMARKS.md, "Decoding speed").
-DECODE_BATCH = 64
+# Rows decoded together, sentences sorted by length (Translator.decode_by_length): 256
+# sentences greedily, 256 // beam_width with beam search (a row per beam). Fewer leave more of
+# a step's fixed cost to each row, more mix lengths: greedy, 256 sentences decoded the eval
+# split and the dev set faster than 64 or 1,024 (the same outputs), while beam 4 on 256
+# sentences (1,024 rows) was slower than on 64 (BENCHMARKS.md, "Decoding speed").
+DECODE_ROWS = 256
 
 
 def _traced(*input_signature: tf.TensorSpec):
@@ -229,8 +231,9 @@ class Translator(tf.Module):
     def translate_ids(self, ids: tf.RaggedTensor, beam: bool = False) -> dict[str, tf.Tensor]:
         """`translate_sentences` of sentences already tokenized (`tokens`)."""
         source_ids, source_tokens = self.padded(ids)
-        token_ids, score = self.decode_by_length(source_ids,
-                                                 self.beam_ids if beam else self.greedy_ids)
+        token_ids, score = self.decode_by_length(
+            source_ids, self.beam_ids if beam else self.greedy_ids,
+            max(DECODE_ROWS // self.hparams.beam_width, 1) if beam else DECODE_ROWS)
         # An input with no tokens (empty or whitespace) translates to the empty string.
         has_input = tf.reduce_any(tf.not_equal(source_ids, PAD_ID), axis=1)
         token_ids = tf.where(has_input[:, None], token_ids, PAD_ID)
@@ -241,11 +244,11 @@ class Translator(tf.Module):
                 "token_ids": token_ids,
                 "score": tf.where(has_input, score, 0.0), "source_tokens": source_tokens}
 
-    def decode_by_length(self, source_ids: tf.Tensor, decode: Callable
+    def decode_by_length(self, source_ids: tf.Tensor, decode: Callable, sub_batch: int
                          ) -> tuple[tf.Tensor, tf.Tensor]:
         """`decode` (greedy_ids or beam_ids) over source ids [B, S] sorted by length, in
-        sub-batches of DECODE_BATCH with their own source length, the answers in the input's
-        order: a sub-batch decodes until its longest translation ends and attends over its
+        sub-batches of `sub_batch` sentences with their own source length, the answers in the
+        input's order: a sub-batch decodes until its longest translation ends and attends over its
         longest source, so sentences of like lengths together waste the least, whatever order
         a client sends (nmt translate, the Evaluator, TF Serving's clients).
         Returns token_ids [B, L] and scores [B], as `decode` does."""
@@ -254,18 +257,17 @@ class Translator(tf.Module):
         ids, lengths = tf.gather(source_ids, order), tf.gather(lengths, order)
         longest = tf.reduce_max(tf.concat([[0], decoding.max_decode_length(source_ids,
                                                                             self.hparams)], 0))
-        count = tf.maximum((tf.size(lengths) + DECODE_BATCH - 1) // DECODE_BATCH, 1)
+        count = tf.maximum((tf.size(lengths) + sub_batch - 1) // sub_batch, 1)
 
-        def sub_batch(i, tokens, scores):
-            rows = tf.range(i * DECODE_BATCH, tf.minimum((i + 1) * DECODE_BATCH,
-                                                         tf.size(lengths)))
+        def decode_sub_batch(i, tokens, scores):
+            rows = tf.range(i * sub_batch, tf.minimum((i + 1) * sub_batch, tf.size(lengths)))
             width = tf.reduce_max(tf.concat([[1], tf.gather(lengths, rows)], 0))
             token_ids, score = decode(tf.gather(ids, rows)[:, :width])
             token_ids = tf.pad(token_ids, [[0, 0], [0, longest - tf.shape(token_ids)[1]]])
             return i + 1, tokens.write(i, token_ids), scores.write(i, score)
 
         _, tokens, scores = tf.while_loop(
-            lambda i, *_: i < count, sub_batch,
+            lambda i, *_: i < count, decode_sub_batch,
             (tf.constant(0), tf.TensorArray(tf.int32, count, infer_shape=False,
                                             element_shape=tf.TensorShape([None, None])),
              tf.TensorArray(tf.float32, count, infer_shape=False,
