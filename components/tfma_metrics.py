@@ -62,6 +62,12 @@ CORPUS_CHRF_1REF_NAME = 'corpus_chrf_1ref'
 DEFAULT_PREDICTION_KEY = 'translation'
 
 _Stats = List[int]
+# The statistics of the last segments scored, by metric, options and text. The single-reference
+# measures (the gate's) and the all-references ones score the same pair wherever a sentence
+# has one reference, as most of fra.txt's have, and TFMA runs their preprocessors one after
+# the other on each example: sacreBLEU's statistics are most of the Evaluator's Python time.
+_RECENT_SEGMENTS: Dict[tuple, _Stats] = {}
+_RECENT_SEGMENTS_KEPT = 64
 
 
 # --------------------------------------------------------------------------
@@ -184,11 +190,19 @@ class CorpusStatistics:
         return [0] * self.num_stats
 
     def segment(self, hypothesis: str, references: List[str]) -> _Stats:
-        """sacreBLEU's statistics for one hypothesis against its references."""
-        # One segment; each reference is its own single-line reference stream.
-        stats = self.metric._extract_corpus_statistics(  # pylint: disable=protected-access
-            [hypothesis], [[r] for r in references])
-        return [int(x) for x in stats[0]]
+        """sacreBLEU's statistics for one hypothesis against its references (a copy: the
+        caller may sum into it)."""
+        key = (self.kind, tuple(sorted(self.options.items())), hypothesis, tuple(references))
+        stats = _RECENT_SEGMENTS.get(key)
+        if stats is None:
+            # One segment; each reference is its own single-line reference stream.
+            extracted = self.metric._extract_corpus_statistics(  # pylint: disable=protected-access
+                [hypothesis], [[r] for r in references])
+            stats = [int(x) for x in extracted[0]]
+            if len(_RECENT_SEGMENTS) >= _RECENT_SEGMENTS_KEPT:
+                _RECENT_SEGMENTS.clear()
+            _RECENT_SEGMENTS[key] = stats
+        return list(stats)
 
     @staticmethod
     def add(total: _Stats, stats: _Stats) -> _Stats:

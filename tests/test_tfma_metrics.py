@@ -180,6 +180,31 @@ def test_max_references_one_scores_against_the_first_reference(kind):
     assert value < _score(_combiner(METRICS[kind]()), elements)  # the others counted before
 
 
+def test_measures_scored_in_turn_on_each_example_keep_their_own_statistics():
+    """TFMA runs every measure's preprocessor on an example before the next example, and a
+    sentence of one reference gets the same statistics from the single- and the
+    all-references measure (reused, not computed twice): each measure's score is still its
+    own, with its own options."""
+    hyps, refs = FIXTURES['random_corpus']
+    refs = [rs if i % 2 else rs[:1] for i, rs in enumerate(refs)]  # one reference, or several
+    measures = {
+        'bleu': (CorpusBleu(), _expected('bleu', hyps, refs)),
+        'bleu_1ref': (CorpusBleu(max_references=1), _expected('bleu', hyps, [r[:1] for r in refs])),
+        'bleu_lowercase': (CorpusBleu(lowercase=True), sacrebleu.corpus_bleu(
+            hyps, _ref_streams(refs), lowercase=True).score),
+        'chrf': (CorpusChrf(), _expected('chrf', hyps, refs)),
+        'chrf_1ref': (CorpusChrf(max_references=1), _expected('chrf', hyps, [r[:1] for r in refs])),
+    }
+    combiners = {name: _combiner(metric) for name, (metric, _) in measures.items()}
+    totals = {name: c.create_accumulator() for name, c in combiners.items()}
+    for hyp, rs in zip(hyps, refs):
+        for name, combiner in combiners.items():
+            totals[name] = combiner.add_input(totals[name], _inputs(hyp, rs))
+    for name, (_, expected) in measures.items():
+        (value,) = combiners[name].extract_output(totals[name]).values()
+        assert value == pytest.approx(expected, abs=TOL), name
+
+
 def test_one_dimensional_label_is_all_references_of_one_example():
     # TFMA's built-in Bleu scores this 0.0; both refs must count for one sentence.
     combiner = _combiner(CorpusBleu())
