@@ -276,7 +276,7 @@ GREEDY_INPUT, BEAM_INPUT = "greedy, input order", "beam 4, input order"
 # The export before issue #67's changes (f223834's), 2f92848's (float32), then today's with
 # float32 (the default) and with bfloat16 decoding weights, all from the same weights; "today"
 # in single figures is the float32 export.
-DECODING, DEFAULT_DECODING = "translate_speed_warmup_epyc_bf16.json", 2
+DECODING, DEFAULT_DECODING = "translate_speed_rows_epyc_bf16.json", 2
 # The AMD EPYC make run's model with the loop guard one pass per copy length, then in one
 # pass, then the rotary model.
 LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
@@ -284,9 +284,10 @@ SERVING_PROFILE = "serving_profile_avx2.json"  # f223834's export
 SERVING_PROFILE_TODAY = "serving_profile_attention_epyc_bf16.json"  # today's float32 export
 # Dev-set BLEU of today's export decoding in bfloat16 against float32, paired bootstrap.
 DECODE_PRECISION_BLEU = "decode_precision_paired_epyc_bf16.json"
-# The Evaluator: f223834's code and export, 2f92848's, today's code with 2f92848's export
-# (the merged batches alone), and today's with its own (float32).
-EVALUATOR_TIME = "evaluator_time_batches_epyc_bf16.json"
+# The Evaluator: f223834's code and export, 90671de's code (the merged batches) with
+# 2f92848's export, 086e936's (greedy sub-batches of 256) with its export, and today's with its
+# float32 and its bfloat16 export.
+EVALUATOR_TIME = "evaluator_time_rows_epyc_bf16.json"
 # The same export, the Evaluator's code before and after sacreBLEU's statistics moved into a
 # TFMA preprocessor.
 EVALUATOR_STATISTICS = "evaluator_time_preprocessor_avx2.json"
@@ -500,8 +501,9 @@ TABLES = (
                 DECODE_PRECISION_BLEU, lambda r: " ".join(
                     f"{c['difference']:+.2f} ({c['bootstrap_std']:.2f})"
                     for c in r["figures"]["candidates"].values())),
-        _figure("the Evaluator in `make run`'s setting, s, before / 2f92848 / today's code with "
-                "2f92848's export / today", EVALUATOR_TIME, lambda r: _per_model(r, "models")),
+        _figure("the Evaluator in `make run`'s setting, s, before / merged batches / 086e936 "
+                "(greedy sub-batches of 256) / today float32 / today bfloat16", EVALUATOR_TIME,
+                lambda r: _per_model(r, "models")),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
