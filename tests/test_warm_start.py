@@ -127,6 +127,33 @@ def test_the_base_fixes_the_shape_and_recipe_and_the_run_its_length():
         training.continued_hparams(_record(), run, {"d_model": 64})
 
 
+def test_a_base_trained_on_this_kind_of_cpu_gives_its_precision_without_a_probe(caplog):
+    """The precision probe of a warm start on the CPU its base trained on would repeat the
+    base's answer; it is skipped. Another CPU, a record from before records named their CPU,
+    or a precision the user sets: the probe decides, as in a fresh run."""
+    here = {"model": "AMD EPYC", "bfloat16_units": True}
+    base = dataclasses.replace(
+        _record(), cpu=here,
+        hparams={**_record().hparams, "precision": "mixed_bfloat16"})
+    assert training.known_precision(base, here, {}) == "mixed_bfloat16"
+    assert training.known_precision(base, {**here, "bfloat16_units": False}, {}) is None
+    assert training.known_precision(dataclasses.replace(base, cpu={}), here, {}) is None
+    assert training.known_precision(base, here, {"precision": "float32"}) is None
+    record = json.loads(base.to_json())
+    assert training.TrainingRecord(**record).cpu == here  # kept in nmt_training.json
+
+    def no_probe(hparams):
+        raise AssertionError("probed")
+
+    run = dataclasses.replace(hparams_lib.get_profile("cpu"), train_minutes=10.0,
+                              adapt_recipe=False, precision="auto")
+    with caplog.at_level(logging.INFO, logger="trainer_module.budget"):
+        plan = budget.make_plan(run, no_probe, tf.distribute.get_strategy(), lambda: 600.0,
+                                gpus=0, known_precision="mixed_bfloat16")
+    assert plan.precision == "mixed_bfloat16"
+    assert "the base model's, which trained on this kind of CPU, so no probe" in caplog.text
+
+
 # -- which served model a run continues, decided before anything runs ----------------------------
 
 def _serve(serving_dir: str, version: int, record: training.TrainingRecord | None,

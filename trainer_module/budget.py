@@ -151,13 +151,15 @@ def size_sentence(profile: HParams, chosen: int, timings: list[Timing],
 
 def make_plan(hparams: HParams, probe: Callable[[HParams], float],
               strategy: tf.distribute.Strategy, seconds_left: Callable[[], float],
-              overrides: dict[str, Any] | None = None, gpus: int | None = None) -> Plan:
+              overrides: dict[str, Any] | None = None, gpus: int | None = None,
+              known_precision: str | None = None) -> Plan:
     """The precision (auto: measured where it may pay, see devices.resolve_precision) and, under
     a budget with adapt_recipe, the model size and recipe the budget buys on this device
     (`choose_size`). `hparams`: the profile's, for this budget or step count; the user's
     `overrides` win over them and over the size's fields. `probe(hparams)` gives seconds per
-    step; `gpus`: the GPUs (default: those visible). Only the chief probes, and every worker
-    takes the chief's choice."""
+    step; `gpus`: the GPUs (default: those visible). `known_precision`: an auto precision
+    already measured on this kind of CPU (a warm start's base's, warm_start.known_precision),
+    taken without a probe. Only the chief probes, and every worker takes the chief's choice."""
     profile, hparams = hparams, dataclasses.replace(hparams, **(overrides or {}))
     overrides = {k: v for k, v in (overrides or {}).items() if k != "precision"}
     chief = devices.writes_results(strategy)
@@ -170,8 +172,12 @@ def make_plan(hparams: HParams, probe: Callable[[HParams], float],
                 timed[name] = probe(dataclasses.replace(hparams, precision=name))
             return timed["float32"] / timed["mixed_bfloat16"]
 
-        precision, reason = devices.resolve_precision(hparams.precision, gpus=gpus,
-                                                      bfloat16_speedup=bfloat16_speedup)
+        if known_precision and hparams.precision == "auto":
+            precision, reason = known_precision, ("auto: the base model's, which trained on "
+                                                  "this kind of CPU, so no probe")
+        else:
+            precision, reason = devices.resolve_precision(hparams.precision, gpus=gpus,
+                                                          bfloat16_speedup=bfloat16_speedup)
         _LOG.info("Training precision: %s (%s).", precision, reason)
         if hparams.train_minutes and hparams.adapt_recipe:
             profile = dataclasses.replace(profile, precision=precision)

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import re
-from typing import Callable
+from typing import Any, Callable
 
 import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port  # TF's own "is oneDNN on", no public API
@@ -79,6 +79,19 @@ def cpu_has_bfloat16_units(cpuinfo: str = "/proc/cpuinfo") -> bool:
     except OSError:
         return False
     return any(re.search(rf"\b{flag}\b", flags) for flag in _CPU_BFLOAT16_FLAGS)
+
+
+def cpu_kind(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """What the precision probe's answer depends on: the CPU's model name and whether it has
+    bfloat16 units."""
+    model = ""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"model": model, "bfloat16_units": cpu_has_bfloat16_units(cpuinfo)}
 
 
 # mixed_bfloat16 must be at least this much faster than float32 in the probe to be chosen.
