@@ -20,7 +20,7 @@ from metadata.diff import diff_runs
 from metadata.runs import list_runs
 from pipeline import warm_start
 from pipeline.config import PipelineConfig, pipeline_arguments
-from trainer_module import budget, callbacks, optimization
+from trainer_module import budget, callbacks, devices, optimization
 from trainer_module import hparams as hparams_lib
 from trainer_module import task
 from trainer_module import warm_start as training
@@ -127,20 +127,22 @@ def test_the_base_fixes_the_shape_and_recipe_and_the_run_its_length():
         training.continued_hparams(_record(), run, {"d_model": 64})
 
 
-def test_a_base_trained_on_this_kind_of_cpu_gives_its_precision_without_a_probe(caplog):
-    """The precision probe of a warm start on the CPU its base trained on would repeat the
-    base's answer; it is skipped. Another CPU, a record from before records named their CPU,
-    or a precision the user sets: the probe decides, as in a fresh run."""
-    here = {"model": "AMD EPYC", "bfloat16_units": True}
+def test_a_base_trained_on_this_kind_of_machine_gives_its_precision_without_a_probe(caplog):
+    """The precision probe of a warm start on the kind of machine its base trained on would
+    repeat the base's answer; it is skipped. Another CPU or GPUs, a record from before records
+    named their machine, or a precision the user sets: decided anew, as in a fresh run."""
+    here = {"gpus": 0, "cpu": "AMD EPYC", "bfloat16_units": True}
     base = dataclasses.replace(
-        _record(), cpu=here,
+        _record(), machine=here,
         hparams={**_record().hparams, "precision": "mixed_bfloat16"})
     assert training.known_precision(base, here, {}) == "mixed_bfloat16"
     assert training.known_precision(base, {**here, "bfloat16_units": False}, {}) is None
-    assert training.known_precision(dataclasses.replace(base, cpu={}), here, {}) is None
+    assert training.known_precision(base, {**here, "gpus": 1}, {}) is None
+    assert training.known_precision(dataclasses.replace(base, machine={}), here, {}) is None
     assert training.known_precision(base, here, {"precision": "float32"}) is None
     record = json.loads(base.to_json())
-    assert training.TrainingRecord(**record).cpu == here  # kept in nmt_training.json
+    assert training.TrainingRecord(**record).machine == here  # kept in nmt_training.json
+    assert devices.machine_kind(gpus=0).keys() == here.keys()
 
     def no_probe(hparams):
         raise AssertionError("probed")
@@ -151,7 +153,7 @@ def test_a_base_trained_on_this_kind_of_cpu_gives_its_precision_without_a_probe(
         plan = budget.make_plan(run, no_probe, tf.distribute.get_strategy(), lambda: 600.0,
                                 gpus=0, known_precision="mixed_bfloat16")
     assert plan.precision == "mixed_bfloat16"
-    assert "the base model's, which trained on this kind of CPU, so no probe" in caplog.text
+    assert "the base model's, which trained on this kind of machine, so no probe" in caplog.text
 
 
 # -- which served model a run continues, decided before anything runs ----------------------------

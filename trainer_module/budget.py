@@ -158,7 +158,7 @@ def make_plan(hparams: HParams, probe: Callable[[HParams], float],
     (`choose_size`). `hparams`: the profile's, for this budget or step count; the user's
     `overrides` win over them and over the size's fields. `probe(hparams)` gives seconds per
     step; `gpus`: the GPUs (default: those visible). `known_precision`: an auto precision
-    already measured on this kind of CPU (a warm start's base's, warm_start.known_precision),
+    already decided on this kind of machine (a warm start's base's, warm_start.known_precision),
     taken without a probe. Only the chief probes, and every worker takes the chief's choice."""
     profile, hparams = hparams, dataclasses.replace(hparams, **(overrides or {}))
     overrides = {k: v for k, v in (overrides or {}).items() if k != "precision"}
@@ -174,7 +174,7 @@ def make_plan(hparams: HParams, probe: Callable[[HParams], float],
 
         if known_precision and hparams.precision == "auto":
             precision, reason = known_precision, ("auto: the base model's, which trained on "
-                                                  "this kind of CPU, so no probe")
+                                                  "this kind of machine, so no probe")
         else:
             precision, reason = devices.resolve_precision(hparams.precision, gpus=gpus,
                                                           bfloat16_speedup=bfloat16_speedup)

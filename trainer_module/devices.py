@@ -81,9 +81,9 @@ def cpu_has_bfloat16_units(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return any(re.search(rf"\b{flag}\b", flags) for flag in _CPU_BFLOAT16_FLAGS)
 
 
-def cpu_kind(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
-    """What the precision probe's answer depends on: the CPU's model name and whether it has
-    bfloat16 units."""
+def machine_kind(cpuinfo: str = "/proc/cpuinfo", gpus: int | None = None) -> dict[str, Any]:
+    """What resolve_precision's answer depends on: the GPUs (default: those visible), the
+    CPU's model name and whether it has bfloat16 units."""
     model = ""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
@@ -91,7 +91,9 @@ def cpu_kind(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
                           if line.startswith("model name")), "")
     except OSError:
         pass
-    return {"model": model, "bfloat16_units": cpu_has_bfloat16_units(cpuinfo)}
+    if gpus is None:
+        gpus = len(tf.config.list_physical_devices("GPU"))
+    return {"gpus": gpus, "cpu": model, "bfloat16_units": cpu_has_bfloat16_units(cpuinfo)}
 
 
 # mixed_bfloat16 must be at least this much faster than float32 in the probe to be chosen.

@@ -175,7 +175,7 @@ def run_fn(fn_args: FnArgs) -> None:
             profile, functools.partial(_probe, fn_args, tf_transform_output), strategy,
             seconds_left=lambda: hparams.train_minutes * 60 - (time.time() - started),
             overrides=overrides, known_precision=warm_start.known_precision(
-                base, devices.cpu_kind(), overrides) if base else None)
+                base, devices.machine_kind(), overrides) if base else None)
         if chief:
             plan.save(checkpoint_dir)
     hparams = devices.fit_to_devices(plan.apply(hparams, overrides))
@@ -255,7 +255,7 @@ def run_fn(fn_args: FnArgs) -> None:
     warm_start.write_record(fn_args.serving_model_dir, warm_start.TrainingRecord(
         hparams=dataclasses.asdict(hparams), train_steps=hparams.train_steps,
         total_train_steps=steps_before + hparams.train_steps, transform=settings.transform,
-        cpu=devices.cpu_kind()))
+        machine=devices.machine_kind()))
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
                           (HPARAMS_FILE, dataclasses.asdict(hparams))):
         with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, name), "w") as f:

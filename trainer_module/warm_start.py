@@ -4,7 +4,7 @@ records about its training, and how a new Trainer takes its weights and recipe.
 Every export carries `assets.extra/nmt_training.json` (TF Serving ignores assets.extra): the
 HParams it trained with, its own steps and the total behind it (its base's total plus its own),
 and Transform's settings, so a later run can tell whether it can reuse the vocabulary, and
-the kind of CPU it trained on, whose precision a run on the same kind reuses. The
+the kind of machine it trained on, whose precision a run on the same kind reuses. The
 weights come from the SavedModel's own variables (`export.Translator.model_variables`), so
 the version a model server serves is exactly what training resumes from.
 """
@@ -49,8 +49,8 @@ class TrainingRecord:
     train_steps: int  # this model's own training
     total_train_steps: int  # its base's total plus its own
     transform: dict[str, Any]  # Transform's settings (its vocabulary)
-    # devices.cpu_kind of the machine it trained on (empty in records from before)
-    cpu: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # devices.machine_kind of the machine it trained on (empty in records from before)
+    machine: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
@@ -115,12 +115,13 @@ def continued_hparams(base: TrainingRecord, run: hparams_lib.HParams,
                                **{k: v for k, v in overrides.items() if k != "precision"})
 
 
-def known_precision(base: TrainingRecord, cpu: dict[str, Any],
+def known_precision(base: TrainingRecord, machine: dict[str, Any],
                     overrides: dict[str, Any]) -> str | None:
     """The base's training precision, if this run's precision probe would only repeat it: the
-    base trained on this kind of CPU (`cpu`, devices.cpu_kind) and the user sets no precision.
-    None: probe (another CPU, or a record from before records named their CPU)."""
-    if "precision" in overrides or not base.cpu or base.cpu != cpu:
+    base trained on this kind of machine (`machine`, devices.machine_kind) and the user sets
+    no precision. None: decide anew (another machine, or a record from before records named
+    their machine)."""
+    if "precision" in overrides or not base.machine or base.machine != machine:
         return None
     return base.hparams.get("precision")
 
