@@ -132,8 +132,8 @@ LONGEST_FIRST = ("the Flink modules", "the smoke root", "tests/test_faults.py",
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object:
     """xdist's per-module scheduling, with the smoke root's modules as one unit and the Flink
-    modules as another, the longest units first: a worker takes the next unit as its own run out, so the longest-first order
-    leaves only short units for the end."""
+    modules as another, the longest units first: a worker takes the next unit as its own run
+    out, so the longest-first order leaves only short units for the end."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtureScheduling(LoadScopeScheduling):

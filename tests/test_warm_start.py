@@ -135,11 +135,10 @@ def test_a_base_trained_on_this_kind_of_machine_gives_its_precision_without_a_pr
     base = dataclasses.replace(
         _record(), machine=here,
         hparams={**_record().hparams, "precision": "mixed_bfloat16"})
-    assert training.known_precision(base, here, {}) == "mixed_bfloat16"
-    assert training.known_precision(base, {**here, "bfloat16_units": False}, {}) is None
-    assert training.known_precision(base, {**here, "gpus": 1}, {}) is None
-    assert training.known_precision(dataclasses.replace(base, machine={}), here, {}) is None
-    assert training.known_precision(base, here, {"precision": "float32"}) is None
+    assert training.known_precision(base, here) == "mixed_bfloat16"
+    assert training.known_precision(base, {**here, "bfloat16_units": False}) is None
+    assert training.known_precision(base, {**here, "gpus": 1}) is None
+    assert training.known_precision(dataclasses.replace(base, machine={}), here) is None
     record = json.loads(base.to_json())
     assert training.TrainingRecord(**record).machine == here  # kept in nmt_training.json
     assert devices.machine_kind(gpus=0).keys() == here.keys()
@@ -154,6 +153,10 @@ def test_a_base_trained_on_this_kind_of_machine_gives_its_precision_without_a_pr
                                 gpus=0, known_precision="mixed_bfloat16")
     assert plan.precision == "mixed_bfloat16"
     assert "the base model's, which trained on this kind of machine, so no probe" in caplog.text
+    # the user's precision wins over the base's
+    assert budget.make_plan(run, no_probe, tf.distribute.get_strategy(), lambda: 600.0,
+                            overrides={"precision": "float32"}, gpus=0,
+                            known_precision="mixed_bfloat16").precision == "float32"
 
 
 # -- which served model a run continues, decided before anything runs ----------------------------

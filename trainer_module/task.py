@@ -175,7 +175,7 @@ def run_fn(fn_args: FnArgs) -> None:
             profile, functools.partial(_probe, fn_args, tf_transform_output), strategy,
             seconds_left=lambda: hparams.train_minutes * 60 - (time.time() - started),
             overrides=overrides, known_precision=warm_start.known_precision(
-                base, devices.machine_kind(), overrides) if base else None)
+                base, devices.machine_kind()) if base else None)
         if chief:
             plan.save(checkpoint_dir)
     hparams = devices.fit_to_devices(plan.apply(hparams, overrides))

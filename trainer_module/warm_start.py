@@ -115,13 +115,12 @@ def continued_hparams(base: TrainingRecord, run: hparams_lib.HParams,
                                **{k: v for k, v in overrides.items() if k != "precision"})
 
 
-def known_precision(base: TrainingRecord, machine: dict[str, Any],
-                    overrides: dict[str, Any]) -> str | None:
+def known_precision(base: TrainingRecord, machine: dict[str, Any]) -> str | None:
     """The base's training precision, if this run's precision probe would only repeat it: the
-    base trained on this kind of machine (`machine`, devices.machine_kind) and the user sets
-    no precision. None: decide anew (another machine, or a record from before records named
-    their machine)."""
-    if "precision" in overrides or not base.machine or base.machine != machine:
+    base trained on this kind of machine (`machine`, devices.machine_kind). None: decide anew
+    (another machine, or a record from before records named their machine). A precision the
+    user sets wins over it (budget.make_plan takes it for `auto` only)."""
+    if not base.machine or base.machine != machine:
         return None
     return base.hparams.get("precision")
 
