@@ -10,7 +10,8 @@ had already ended (the batch runs until its longest translation ends) is counted
 outputs.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.serving_profile \\
-        --model RUN/Trainer/model/N/Format-Serving --transform-graph RUN/Transform/transform_graph/M \\
+        --model RUN/Trainer/model/N/Format-Serving \\
+        --transform-graph RUN/Transform/transform_graph/M \\
         --source ../shared/data/tatoeba-dev/tatoeba-test-v2021-08-07.unseen.eng \\
         [--profile cpu] [--hparam NAME=VALUE ...] [--output serving_profile.json]
 """

@@ -79,7 +79,8 @@ def _variants(model_dir: str, batch_one: bool) -> dict[str, tuple[int | None, bo
     """Variant name -> (beam width or None for greedy, batches by length, batch size)."""
     width = translate.exported_beam_width(model_dir)
     batch = REQUEST_BATCH
-    variants = {"greedy, by length": (None, True, batch), "greedy, input order": (None, False, batch),
+    variants = {"greedy, by length": (None, True, batch),
+                "greedy, input order": (None, False, batch),
                 f"beam {width}, by length": (width, True, batch),
                 f"beam {width}, input order": (width, False, batch)}
     if batch_one:

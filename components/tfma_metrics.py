@@ -426,7 +426,5 @@ class CorpusChrf(metric_types.Metric):
         return CORPUS_CHRF_NAME
 
 
-
-
 metric_types.register_metric(CorpusBleu)
 metric_types.register_metric(CorpusChrf)

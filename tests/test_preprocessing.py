@@ -197,7 +197,6 @@ def test_wordpiece_min_count_lets_rarer_pieces_in():
     assert "maison" in lower and set(default) < set(lower)
 
 
-
 def test_wordpiece_vocabulary_is_capped_when_the_learner_overshoots():
     counts = collections.Counter({w: 3 for w in (b"chat", b"chien", b"maison", b"voiture")})
     characters = {p for p in wordpiece.learn_wordpiece(counts.items(), 1000, min_count=3)
