@@ -129,18 +129,26 @@ def test_the_base_fixes_the_shape_and_recipe_and_the_run_its_length():
 
 def test_a_base_trained_on_this_kind_of_machine_gives_its_precision_without_a_probe(caplog):
     """The precision probe of a warm start on the kind of machine its base trained on would
-    repeat the base's answer; it is skipped. Another CPU or GPUs, a record from before records
-    named their machine, or a precision the user sets: decided anew, as in a fresh run."""
-    here = {"gpus": 0, "cpu": "AMD EPYC", "bfloat16_units": True}
+    repeat the base's answer; it is skipped. Another CPU, core count or GPUs, a base whose
+    precision its user set, a record from before records named them, or a precision this
+    run's user sets: decided anew, as in a fresh run."""
+    here = {"gpus": 0, "cpu": "AMD EPYC", "cores": 2, "bfloat16_units": True}
     base = dataclasses.replace(
-        _record(), machine=here,
+        _record(), machine=here, auto_precision="mixed_bfloat16",
         hparams={**_record().hparams, "precision": "mixed_bfloat16"})
     assert training.known_precision(base, here) == "mixed_bfloat16"
     assert training.known_precision(base, {**here, "bfloat16_units": False}) is None
+    assert training.known_precision(base, {**here, "cores": 32}) is None
     assert training.known_precision(base, {**here, "gpus": 1}) is None
     assert training.known_precision(dataclasses.replace(base, machine={}), here) is None
+    # set by hand (mixed_float16 on a CPU: emulated, which auto would never choose) or garbled
+    for chosen_by_hand in ("", "auto", "mixed_float32"):
+        assert training.known_precision(
+            dataclasses.replace(base, auto_precision=chosen_by_hand), here) is None
     record = json.loads(base.to_json())
-    assert training.TrainingRecord(**record).machine == here  # kept in nmt_training.json
+    assert training.TrainingRecord(**record) == base  # kept in nmt_training.json
+    del record["auto_precision"]  # a record from before: decided anew
+    assert training.known_precision(training.TrainingRecord(**record), here) is None
     assert devices.machine_kind(gpus=0).keys() == here.keys()
 
     def no_probe(hparams):
@@ -349,6 +357,13 @@ def test_the_vocabulary_is_the_base_models_byte_for_byte(chain):
         with open(os.path.join(served, name), "rb") as a, \
                 open(os.path.join(trained, name), "rb") as b:
             assert a.read() == b.read(), name
+
+
+def test_the_record_names_the_machine_and_no_precision_auto_did_not_choose(chain):
+    """The smoke profile sets float32: a later `auto` run on this machine still probes."""
+    record = training.read_record(os.path.join(_second_model(chain.root).uri, "Format-Serving"))
+    assert record.machine == devices.machine_kind()
+    assert record.hparams["precision"] == "float32" and record.auto_precision == ""
 
 
 def test_lineage_and_models_show_the_chain_and_its_total_steps(chain):

@@ -71,29 +71,35 @@ def worker_name(strategy: tf.distribute.Strategy) -> str:
     return f"{resolver.task_type}-{resolver.task_id}"
 
 
+def _cpuinfo(path: str) -> str:
+    """The file's text, or "" where there is none (not Linux)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _has_bfloat16_flags(text: str) -> bool:
+    return any(re.search(rf"\b{flag}\b", text) for flag in _CPU_BFLOAT16_FLAGS)
+
+
 def cpu_has_bfloat16_units(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU multiplies bfloat16 natively (Intel AMX-BF16 or AVX512-BF16)."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return any(re.search(rf"\b{flag}\b", flags) for flag in _CPU_BFLOAT16_FLAGS)
+    return _has_bfloat16_flags(_cpuinfo(cpuinfo))
 
 
 def machine_kind(cpuinfo: str = "/proc/cpuinfo", gpus: int | None = None) -> dict[str, Any]:
     """What resolve_precision's answer depends on: the GPUs (default: those visible), the
-    CPU's model name and whether it has bfloat16 units."""
-    model = ""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), "")
-    except OSError:
-        pass
+    CPU's model name, its cores (one model name is sold with 2 cores and with 32) and whether
+    it has bfloat16 units."""
+    text = _cpuinfo(cpuinfo)
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                  if line.startswith("model name")), "")
     if gpus is None:
         gpus = len(tf.config.list_physical_devices("GPU"))
-    return {"gpus": gpus, "cpu": model, "bfloat16_units": cpu_has_bfloat16_units(cpuinfo)}
+    return {"gpus": gpus, "cpu": model, "cores": os.cpu_count() or 1,
+            "bfloat16_units": _has_bfloat16_flags(text)}
 
 
 # mixed_bfloat16 must be at least this much faster than float32 in the probe to be chosen.

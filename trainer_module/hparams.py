@@ -12,6 +12,7 @@ import dataclasses
 # devices.resolve_precision):
 # mixed_float16 on GPUs, mixed_bfloat16 on CPUs with bfloat16 matrix units, else float32.
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+TRAINING_PRECISIONS = PRECISIONS[:-1]  # what "auto" becomes
 # Where word order enters the model (model.py): "absolute", the paper's sinusoids added to the
 # embeddings, or "rotary", self-attention's queries and keys turned by their positions
 # (RoFormer, Su et al. 2021), so attention sees how far apart two words are, not where. In

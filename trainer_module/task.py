@@ -255,7 +255,9 @@ def run_fn(fn_args: FnArgs) -> None:
     warm_start.write_record(fn_args.serving_model_dir, warm_start.TrainingRecord(
         hparams=dataclasses.asdict(hparams), train_steps=hparams.train_steps,
         total_train_steps=steps_before + hparams.train_steps, transform=settings.transform,
-        machine=devices.machine_kind()))
+        machine=devices.machine_kind(),
+        auto_precision=hparams.precision if overrides.get("precision", profile.precision)
+        == "auto" else ""))
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
                           (HPARAMS_FILE, dataclasses.asdict(hparams))):
         with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, name), "w") as f:

@@ -4,7 +4,8 @@ records about its training, and how a new Trainer takes its weights and recipe.
 Every export carries `assets.extra/nmt_training.json` (TF Serving ignores assets.extra): the
 HParams it trained with, its own steps and the total behind it (its base's total plus its own),
 and Transform's settings, so a later run can tell whether it can reuse the vocabulary, and
-the kind of machine it trained on, whose precision a run on the same kind reuses. The
+the kind of machine it trained on and the precision `auto` chose there, which a run on the
+same kind reuses. The
 weights come from the SavedModel's own variables (`export.Translator.model_variables`), so
 the version a model server serves is exactly what training resumes from.
 """
@@ -51,6 +52,9 @@ class TrainingRecord:
     transform: dict[str, Any]  # Transform's settings (its vocabulary)
     # devices.machine_kind of the machine it trained on (empty in records from before)
     machine: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The precision `auto` chose for it on that machine; empty when the user set its precision
+    # (a choice the probe might not make) or in records from before.
+    auto_precision: str = ""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
@@ -116,13 +120,15 @@ def continued_hparams(base: TrainingRecord, run: hparams_lib.HParams,
 
 
 def known_precision(base: TrainingRecord, machine: dict[str, Any]) -> str | None:
-    """The base's training precision, if this run's precision probe would only repeat it: the
-    base trained on this kind of machine (`machine`, devices.machine_kind). None: decide anew
-    (another machine, or a record from before records named their machine). A precision the
-    user sets wins over it (budget.make_plan takes it for `auto` only)."""
-    if not base.machine or base.machine != machine:
+    """The precision `auto` chose for the base, if this run's precision probe would only repeat
+    it: the base trained on this kind of machine (`machine`, devices.machine_kind). None:
+    decide anew (another machine, a precision the user set for the base, or a record from
+    before records named them). A precision the user sets for this run wins over it
+    (budget.make_plan takes it for `auto` only)."""
+    if not base.machine or base.machine != machine or \
+            base.auto_precision not in hparams_lib.TRAINING_PRECISIONS:
         return None
-    return base.hparams.get("precision")
+    return base.auto_precision
 
 
 def restore_weights(model: keras.Model, model_dir: str) -> None:
