@@ -28,12 +28,12 @@ import tensorflow_text  # noqa: F401  (the exported graph's tokenizer ops)
 import tensorflow_transform as tft
 
 from benchmarks import results
+from benchmarks.translate_speed import REQUEST_BATCH
 from trainer_module import decoding, export, segmentation, task
 from trainer_module.hparams import get_profile, parse_override
 from transform_module.preprocessing import detokenize
 from transform_module.tokens import END_ID
 
-BATCH_SIZE = 64  # a TF Serving client's request, as issue #67's figures are
 _STRINGS = tf.TensorSpec([None], tf.string)
 _IDS = tf.TensorSpec([None, None], tf.int32)
 
@@ -104,7 +104,7 @@ def _ended_share(token_ids: np.ndarray) -> tuple[int, int]:
 
 def profile(translator: export.Translator, lines: list[str], rounds: int) -> dict:
     stages = _stage_functions(translator)
-    batches = [lines[i:i + BATCH_SIZE] for i in range(0, len(lines), BATCH_SIZE)]
+    batches = [lines[i:i + REQUEST_BATCH] for i in range(0, len(lines), REQUEST_BATCH)]
     seconds = {name: 0.0 for name in ("whole signature, greedy", "whole signature, beam",
                                       *stages)}
     run_steps = live_steps = 0
@@ -134,7 +134,7 @@ def profile(translator: export.Translator, lines: list[str], rounds: int) -> dic
                 run_steps, live_steps = run_steps + run, live_steps + live
     per_round = {name: round(s / rounds, 2) for name, s in seconds.items()}
     whole = per_round["whole signature, greedy"]
-    return {"sentences": len(lines), "batch_size": BATCH_SIZE, "rounds": rounds,
+    return {"sentences": len(lines), "batch_size": REQUEST_BATCH, "rounds": rounds,
             "order": "input", "seconds": per_round,
             "share_of_greedy_signature": {
                 name: round(per_round[name] / whole, 3) for name in (

@@ -40,7 +40,8 @@ LONG_OUTPUT_WORDS = 30
 # issue #67's figures (`nmt translate` and `nmt evaluate` send translate.BATCH_SIZE).
 REQUEST_BATCH = 64
 # What decides how fast an exported model decodes, besides its weights: the model, the decoders,
-# the export's graph and sentence splitting, and the client's batching.
+# the export's graph and sentence splitting, and `nmt translate`'s batching (this script's own
+# requests are REQUEST_BATCH).
 DECODING_CODE = ("trainer_module/model.py", "trainer_module/positions.py",
                  "trainer_module/decoding.py",
                  "trainer_module/export.py", "trainer_module/segmentation.py",
