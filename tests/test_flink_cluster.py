@@ -1,17 +1,20 @@
-"""`--flink-master` against a real standalone Flink 1.16 session cluster on this machine
-(engines/flink_cluster.py: a JobManager, two TaskManagers and Beam's worker pool as separate
+"""`--flink-master` against real standalone Flink 1.16 session clusters on this machine
+(engines/flink_cluster.py: a JobManager, TaskManagers and Beam's worker pool as separate
 processes, started with the shipped engines/flink-conf.yaml), shared by the module: the smoke
-pipeline with a TaskManager killed mid-Transform, no TaskManager left, the JobManager gone,
-and the compiled Kubeflow spec's Beam tasks (issue #66)."""
+pipeline with a TaskManager killed mid-Transform and the compiled Kubeflow spec's Beam tasks on
+one cluster; no TaskManager left, then the JobManager gone, on a second one (issue #66)."""
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from typing import Iterator
 
 import pytest
 
@@ -23,25 +26,35 @@ from engines import flink
 pytestmark = pytest.mark.flink
 
 # Not Flink's defaults: a user's own cluster, or another test module's engine (which takes
-# 50000 when free), is left alone; the runs name this worker pool.
+# 50000 when free), is left alone; the runs name their cluster's worker pool.
 REST_PORT, RPC_PORT, WORKER_POOL_PORT = 18081, 16123, 50100
-POOL = f"--beam-arg=--environment_config=localhost:{WORKER_POOL_PORT}"
+SPARE_REST_PORT, SPARE_RPC_PORT, SPARE_WORKER_POOL_PORT = 18083, 16125, 50102
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> flink_cluster.Cluster:
-    """One session cluster for the module, stopped at its end (and checked stopped)."""
-    started = flink_cluster.start(str(tmp_path_factory.mktemp("flink-cluster")),
-                                  taskmanagers=2, rest_port=REST_PORT,
-                                  worker_pool_port=WORKER_POOL_PORT, rpc_port=RPC_PORT)
+def _started(directory: str, taskmanagers: int, rest_port: int, rpc_port: int,
+             worker_pool_port: int) -> Iterator[flink_cluster.Cluster]:
+    """A session cluster for the module, stopped at its end (and checked stopped)."""
+    started = flink_cluster.start(directory, taskmanagers=taskmanagers, rest_port=rest_port,
+                                  worker_pool_port=worker_pool_port, rpc_port=rpc_port)
     yield started
     members = flink_cluster.Cluster.load(started.directory).members
     flink_cluster.stop(started.directory)
     assert not [m for m in members if m.alive()]
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[flink_cluster.Cluster]:
+    """Two TaskManagers: one is killed mid-Transform, the other takes the job."""
+    yield from _started(str(tmp_path_factory.mktemp("flink-cluster")), 2, REST_PORT, RPC_PORT,
+                        WORKER_POOL_PORT)
+
+
+def _pool(cluster: flink_cluster.Cluster) -> str:
+    return f"--beam-arg=--environment_config=localhost:{cluster.worker_pool_port}"
+
+
 def _flink(cluster: flink_cluster.Cluster) -> tuple[str, ...]:
-    return ("--beam-runner", "flink", "--flink-master", cluster.master, POOL)
+    return ("--beam-runner", "flink", "--flink-master", cluster.master, _pool(cluster))
 
 
 def _start_nmt(*args: str) -> subprocess.Popen:
@@ -79,6 +92,12 @@ def _until(proc: subprocess.Popen, marker: str) -> list[str]:
     return lines
 
 
+# Set once the first cluster's run has its job server up. Two `nmt run`s starting at one
+# moment could both find the job server's preferred port free (engines/flink.port checks, then
+# the JVM binds it seconds later), so the spare cluster's runs start after it.
+_ENGINE_UP = threading.Event()
+
+
 @dataclasses.dataclass(frozen=True)
 class KilledRun:
     root: str
@@ -93,7 +112,9 @@ def killed_run(cluster, fra_sample, tmp_path_factory) -> KilledRun:
     (SIGKILL) 15 s into it; the other TaskManager is there. A replacement joins after."""
     root = str(tmp_path_factory.mktemp("cluster-run"))
     proc = _start_nmt(*smoke_args(fra_sample, root, TRAIN_STEPS), *_flink(cluster))
-    lines = _until(proc, "Component Transform is running.")
+    lines = _until(proc, "Component FraTxtExampleGen is running.")
+    _ENGINE_UP.set()  # its job server listens: the spare cluster's runs may start theirs
+    lines += _until(proc, "Component Transform is running.")
     job = _running_job(cluster, "Transform", proc)
     time.sleep(15)  # its SDK worker is importing or transforming
     victim = _busy_taskmanager(cluster)
@@ -103,21 +124,23 @@ def killed_run(cluster, fra_sample, tmp_path_factory) -> KilledRun:
     return KilledRun(root, run, victim, job["jid"])
 
 
-def test_the_cluster_runs_the_shipped_conf_on_localhost(cluster):
+def test_the_clusters_run_the_shipped_conf_on_localhost(cluster, spare):
+    """(It starts the spare cluster's runs, which go on beside the tests below.)"""
     conf = flink_conf.read_conf()
-    with open(os.path.join(cluster.directory, "conf", "flink-conf.yaml"),
-              encoding="utf-8") as used, open(flink_conf.CONF, encoding="utf-8") as shipped:
-        assert used.read() == shipped.read()
     assert "--add-exports=java.base/sun.net.util=ALL-UNNAMED" in conf["env.java.opts"]
-    taskmanagers = flink_jobs.rest(cluster.master, "/taskmanagers")["taskmanagers"]
-    assert len(taskmanagers) == 2
-    for tm in taskmanagers:  # the measured network memory reached each TaskManager
+    for started in (cluster, spare.cluster):
+        with open(os.path.join(started.directory, "conf", "flink-conf.yaml"),
+                  encoding="utf-8") as used, open(flink_conf.CONF, encoding="utf-8") as shipped:
+            assert used.read() == shipped.read()
+        jm = {e["key"]: e["value"] for e in flink_jobs.rest(started.master,
+                                                               "/jobmanager/config")}
+        assert jm["restart-strategy"] == "fixed-delay"
+        assert jm["jobmanager.execution.failover-strategy"] == "full"
+        assert jm["rest.bind-address"] == "localhost"
+    listed = flink_jobs.rest(cluster.master, "/taskmanagers")["taskmanagers"]
+    assert len(listed) == 2
+    for tm in listed:  # the measured network memory reached each TaskManager
         assert tm["memoryConfiguration"]["networkMemory"] == 384 * 2 ** 20
-    jm = {e["key"]: e["value"] for e in flink_jobs.rest(cluster.master,
-                                                           "/jobmanager/config")}
-    assert jm["restart-strategy"] == "fixed-delay"
-    assert jm["jobmanager.execution.failover-strategy"] == "full"
-    assert jm["rest.bind-address"] == "localhost"
     assert flink_cluster.main(["status", "--dir", cluster.directory]) == 0
 
 
@@ -163,7 +186,7 @@ def test_kubeflow_flink_tasks_run_on_the_cluster_with_the_launcher(cluster, fra_
     compiled = run_nmt("kubeflow", "compile", "--image", "nmt-fra-eng:cluster-test",
                        "--profile", "smoke", "--data", fra_sample, "--pipeline-root", root,
                        "--output", spec_path, "--beam-runner", "flink", "--flink-master",
-                       cluster.master, POOL)
+                       cluster.master, _pool(cluster))
     assert compiled.returncode == 0, compiled.stderr
     text = open(spec_path, encoding="utf-8").read()
     assert flink.IMAGE_LAUNCHER_JAR in text
@@ -181,55 +204,102 @@ def test_kubeflow_flink_tasks_run_on_the_cluster_with_the_launcher(cluster, fra_
     assert os.path.exists(os.path.join(stats, "Split-train", "FeatureStats.pb"))
 
 
-def test_no_taskmanager_left_fails_naming_the_component_and_a_rerun_completes(
-        cluster, fra_sample, tmp_path):
-    root = str(tmp_path / "no-taskmanager")
-    args = [*smoke_args(fra_sample, root, TRAIN_STEPS), *_flink(cluster), "--to",
+@dataclasses.dataclass(frozen=True)
+class NoTaskManagerRun:
+    failed: subprocess.CompletedProcess
+    waited: float  # seconds from the kill to the run's end
+    statistics: list  # the live ExampleStatistics once it failed
+    rerun: subprocess.CompletedProcess
+
+
+@dataclasses.dataclass(frozen=True)
+class NoJobManagerRun:
+    failed: subprocess.CompletedProcess
+    examples: list  # the live Examples once it failed
+    versions: list[str]
+
+
+def _no_taskmanager_left(spare: flink_cluster.Cluster, fra_sample: str,
+                         root: str) -> NoTaskManagerRun:
+    """Through StatisticsGen, every TaskManager killed while its job runs; then one
+    TaskManager again and the same command."""
+    args = [*smoke_args(fra_sample, root, TRAIN_STEPS), *_flink(spare), "--to",
             "StatisticsGen"]
     proc = _start_nmt(*args)
     lines = _until(proc, "Component StatisticsGen is running.")
-    _running_job(cluster, "StatisticsGen", proc)
-    members = flink_cluster.Cluster.load(cluster.directory)
-    for tm in members.taskmanagers:
+    _running_job(spare, "StatisticsGen", proc)
+    for tm in flink_cluster.Cluster.load(spare.directory).taskmanagers:
         if tm.alive():
             os.kill(tm.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     failed = _read_rest(proc, lines)
     waited = time.monotonic() - killed_at
-    for _ in range(2):
-        flink_cluster.add_taskmanager(cluster.directory)
-    assert failed.returncode == 1, failed.stderr[-5000:]
+    statistics = live_artifacts(root, "ExampleStatistics")
+    flink_cluster.add_taskmanager(spare.directory)
+    return NoTaskManagerRun(failed, waited, statistics, run_nmt(*args))
+
+
+def _jobmanager_gone(spare: flink_cluster.Cluster, fra_sample: str,
+                     root: str) -> NoJobManagerRun:
+    """The smoke pipeline, the JobManager killed while ExampleGen's job runs (the cluster's
+    last run: the module's fixture then stops the rest)."""
+    proc = _start_nmt(*smoke_args(fra_sample, root, TRAIN_STEPS), *_flink(spare))
+    lines = _until(proc, "Component FraTxtExampleGen is running.")
+    _running_job(spare, "FraTxtExampleGen", proc)
+    os.kill(flink_cluster.Cluster.load(spare.directory).member("jobmanager").pid,
+            signal.SIGKILL)
+    failed = _read_rest(proc, lines)
+    return NoJobManagerRun(failed, live_artifacts(root, "Examples"), versions(root))
+
+
+@dataclasses.dataclass(frozen=True)
+class Spare:
+    cluster: flink_cluster.Cluster
+    runs: concurrent.futures.Future  # of (NoTaskManagerRun, NoJobManagerRun)
+
+
+@pytest.fixture(scope="module")
+def spare(tmp_path_factory, fra_sample) -> Iterator[Spare]:
+    """A second cluster, of one TaskManager, whose runs lose every TaskManager, then the
+    JobManager. They wait on Flink's timers for minutes (restart attempts, the job server's
+    REST retries), so they run in a thread of their own while the first cluster's tests run:
+    the waits overlap work instead of adding to the suite's time."""
+    work = str(tmp_path_factory.mktemp("spare-runs"))
+    for started in _started(str(tmp_path_factory.mktemp("flink-spare")), 1, SPARE_REST_PORT,
+                            SPARE_RPC_PORT, SPARE_WORKER_POOL_PORT):
+        def runs() -> tuple[NoTaskManagerRun, NoJobManagerRun]:
+            _ENGINE_UP.wait(timeout=120)  # (not set when the killed run's tests are deselected)
+            return (_no_taskmanager_left(started, fra_sample, os.path.join(work, "no-tm")),
+                    _jobmanager_gone(started, fra_sample, os.path.join(work, "no-jm")))
+
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:
+            yield Spare(started, thread.submit(runs))
+
+
+def test_no_taskmanager_left_fails_naming_the_component_and_a_rerun_completes(spare):
+    run, _ = spare.runs.result()
+    assert run.failed.returncode == 1, run.failed.stderr[-5000:]
     # attempts x (delay + slot.request.timeout) = 2 x 50 s, then the job server's report
-    assert waited < 150, waited
-    assert last_line(failed.stderr).startswith(
+    assert run.waited < 150, run.waited
+    assert last_line(run.failed.stderr).startswith(
         "nmt: error: StatisticsGen failed on Flink (no TaskManager offered a slot within the "
         "cluster's slot.request.timeout")
-    assert not live_artifacts(root, "ExampleStatistics")
-    rerun = run_nmt(*args)
-    assert rerun.returncode == 0, rerun.stderr[-5000:]
-    assert re.search(r"FraTxtExampleGen +[\d.]+ s  cached", rerun.stderr)
-    assert re.search(r"StatisticsGen +[\d.]+ s  executed", rerun.stderr)
+    assert not run.statistics
+    assert run.rerun.returncode == 0, run.rerun.stderr[-5000:]
+    assert re.search(r"FraTxtExampleGen +[\d.]+ s  cached", run.rerun.stderr)
+    assert re.search(r"StatisticsGen +[\d.]+ s  executed", run.rerun.stderr)
 
 
-def test_the_jobmanager_gone_is_one_clear_error_and_nothing_is_published(
-        cluster, fra_sample, tmp_path):
-    """Last of the cluster's tests (pytest keeps the file's order): it kills the JobManager,
-    and the module's fixture then stops the rest."""
-    root = str(tmp_path / "no-jobmanager")
-    proc = _start_nmt(*smoke_args(fra_sample, root, TRAIN_STEPS), *_flink(cluster))
-    lines = _until(proc, "Component FraTxtExampleGen is running.")
-    _running_job(cluster, "FraTxtExampleGen", proc)
-    jobmanager = flink_cluster.Cluster.load(cluster.directory).member("jobmanager")
-    os.kill(jobmanager.pid, signal.SIGKILL)
-    failed = _read_rest(proc, lines)
-    assert failed.returncode == 1, failed.stderr[-5000:]
-    error = [line for line in failed.stderr.splitlines() if line.startswith("nmt: error:")]
-    assert error == [last_line(failed.stderr)]
+def test_the_jobmanager_gone_is_one_clear_error_and_nothing_is_published(spare):
+    _, run = spare.runs.result()
+    assert run.failed.returncode == 1, run.failed.stderr[-5000:]
+    error = [line for line in run.failed.stderr.splitlines() if line.startswith("nmt: error:")]
+    assert error == [last_line(run.failed.stderr)]
     assert error[0].startswith(
         "nmt: error: FraTxtExampleGen failed on Flink (the Flink cluster's JobManager at "
-        f"{cluster.master} stopped answering while the job ran); nothing was published.")
-    assert not live_artifacts(root, "Examples")
-    assert not versions(root)
+        f"{spare.cluster.master} stopped answering while the job ran); nothing was published.")
+    assert not run.examples
+    assert not run.versions
 
 
 def test_the_command_line_stops_exactly_what_it_started(tmp_path):
