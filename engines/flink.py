@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 import zipfile
-from typing import Iterator
+from typing import Callable, Iterator
 
 # Written by `make flink` (Makefile): a jar whose manifest names the job server's jars in the
 # local Maven repository and its main class, so `java -jar` runs it as Beam's own shaded job
@@ -64,6 +64,7 @@ JOB_SERVER_HEAP = "1g"
 # from one stage of a job to the next and stops them before the next component's job starts.
 _ENVIRONMENT_CACHE_MS = 10_000
 _START_SECONDS = 90  # the JVM's start with Flink's classes, on a slow machine
+_PORT_ATTEMPTS = 3
 _REACH_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
 
@@ -317,6 +318,65 @@ def _start(command: list[str], log_path: str, env: dict[str, str] | None = None
                                 preexec_fn=_die_with_parent)
 
 
+def owns_listener(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on TCP `port` (Linux's /proc; True
+    where there is none to ask)."""
+    tables = [t for t in ("/proc/net/tcp", "/proc/net/tcp6") if os.path.exists(t)]
+    if not tables:
+        return True
+    listening = set()
+    for table in tables:
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as f:
+            for fields in (line.split() for line in f.readlines()[1:]):
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    listening.add(f"socket:[{fields[9]}]")  # its inode; 0A: LISTEN
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in listening:
+                    return True
+    return False
+
+
+def start_server(command: Callable[[int], list[str]], preferred: int, what: str,
+                 log_path: str, env: dict[str, str] | None = None
+                 ) -> tuple[subprocess.Popen, int]:
+    """The process of `command(port)` once it listens on `port`: `preferred` if free, else one
+    the kernel picks. `port` only checks: a server of another run started at the same moment
+    may bind the same port first. Then this one stops (the port in use) or another answers
+    there, and it starts again on another port, up to _PORT_ATTEMPTS times."""
+    chosen = port(preferred)
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        process = _start(command(chosen), log_path, env)
+        try:
+            _wait_for_port(process, chosen, what, log_path)
+        except EngineError:
+            # Stopped as it started with another program on its port: the race. Else (or a
+            # server that never listened) the error stands.
+            if process.poll() is None or not listening(chosen) or attempt == _PORT_ATTEMPTS:
+                _stop(process)
+                raise
+        except BaseException:  # Ctrl-C: flink_engine stops only the servers it was given
+            _stop(process)
+            raise
+        else:
+            if owns_listener(process.pid, chosen):
+                return process, chosen
+            _stop(process)
+        _LOG.info("Port %d was taken as the %s started; trying another.", chosen, what)
+        chosen = port(0)
+    raise EngineError(f"The {what} found no port of its own in {_PORT_ATTEMPTS} attempts "
+                      f"(other programs took each one as it started): see {log_path}.")
+
+
+def listening(port: int) -> bool:
+    """Whether a program listens on localhost's TCP `port`."""
+    with contextlib.suppress(OSError):
+        socket.create_connection(("localhost", port), timeout=1).close()
+        return True
+    return False
+
+
 def worker_pool_command(port: int) -> list[str]:
     """Beam's worker pool, on localhost only (engines/worker_pool.py): it starts one
     `python` SDK worker process per request."""
@@ -396,7 +456,6 @@ def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
     os.makedirs(work_dir, exist_ok=True)
     log_path = os.path.join(work_dir, f"job-server-{time.strftime('%Y%m%d-%H%M%S')}.log")
     master = flink_master or "[local]"
-    job_port = port(JOB_PORT)
     processes = []
     watchdog = None
     saved: dict[str, str | None] = {}  # the environment's values before the engine's
@@ -414,14 +473,15 @@ def flink_engine(work_dir: str, jar: str, flink_master: str | None = None,
         if flink_master:
             worker_pool = CLUSTER_WORKER_POOL
         else:
-            pool_port = port(WORKER_POOL_PORT)
-            processes.append(_start(worker_pool_command(pool_port), log_path, engine_env()))
+            pool, pool_port = start_server(worker_pool_command, WORKER_POOL_PORT,
+                                           "Beam SDK worker pool", log_path, engine_env())
+            processes.append(pool)
             worker_pool = f"localhost:{pool_port}"
-            _wait_for_port(processes[-1], pool_port, "Beam SDK worker pool", log_path)
-        processes.append(_start(job_server_command(jar, master, job_port,
-                                                   os.path.join(work_dir, "artifacts")),
-                                log_path, engine_env()))
-        _wait_for_port(processes[-1], job_port, "Flink job server", log_path)
+        job_server, job_port = start_server(
+            lambda chosen: job_server_command(jar, master, chosen,
+                                              os.path.join(work_dir, "artifacts")),
+            JOB_PORT, "Flink job server", log_path, engine_env())
+        processes.append(job_server)
         job_endpoint = f"localhost:{job_port}"
         if not flink_master:
             watchdog = WorkerWatchdog(processes[0], job_endpoint)

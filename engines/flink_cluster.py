@@ -132,13 +132,6 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _listening(port: int) -> bool:
-    with contextlib.suppress(OSError):
-        socket.create_connection(("localhost", port), timeout=1).close()
-        return True
-    return False
-
-
 class _Starter:
     """Starts the cluster's processes, each in a process group of its own, logging to
     DIR/log/ROLE.log; they outlive the command that starts them (no parent-death signal)."""
@@ -216,7 +209,7 @@ def _wait(cluster: Cluster, taskmanagers: int, since: float) -> None:
                                    f"see {member.log}.")
         with contextlib.suppress(OSError, ValueError):
             registered = rest(cluster.master, "/overview", 2)["taskmanagers"]
-        if registered >= taskmanagers and _listening(cluster.worker_pool_port):
+        if registered >= taskmanagers and flink.listening(cluster.worker_pool_port):
             return
         time.sleep(0.5)
     what = ("the JobManager's REST API did not answer" if registered < 0 else

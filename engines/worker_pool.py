@@ -85,9 +85,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
+    # Without SO_REUSEPORT (gRPC's default on Linux), a second pool on a port already served
+    # fails to bind instead of sharing it: flink.start_server then tries another port.
     server = grpc.server(thread_pool_executor.shared_unbounded_instance(),
                          options=[("grpc.http2.max_pings_without_data", 0),
-                                  ("grpc.http2.max_ping_strikes", 0)])
+                                  ("grpc.http2.max_ping_strikes", 0),
+                                  ("grpc.so_reuseport", 0)])
     server.add_insecure_port(f"localhost:{args.port}")
     beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(WorkerPool(), server)
     server.start()

@@ -219,6 +219,30 @@ def test_a_rerun_on_other_ports_reuses_every_finished_component(flink_run, fra_s
     assert _engine_processes(flink_run.root) == []
 
 
+def test_a_port_taken_as_the_server_starts_is_left_to_its_owner(tmp_path, monkeypatch):
+    """Two runs starting at one moment can both find the preferred port free (flink.port
+    checks, the server binds later). Here a worker pool holds the port that `port` reports
+    free to a second one: the second starts again on another port, and each holds its own."""
+    log, find_port = str(tmp_path / "log"), flink.port
+    first, taken = flink.start_server(flink.worker_pool_command, 0, "Beam SDK worker pool", log)
+    try:
+        monkeypatch.setattr(flink, "port", lambda preferred: taken if preferred
+                            else find_port(0))
+        second, chosen = flink.start_server(flink.worker_pool_command, flink.WORKER_POOL_PORT,
+                                            "Beam SDK worker pool", log)
+        try:
+            assert chosen != taken
+            assert flink.owns_listener(second.pid, chosen)
+            assert flink.owns_listener(first.pid, taken)
+            assert not flink.owns_listener(second.pid, taken)  # not shared (SO_REUSEPORT)
+        finally:
+            second.terminate()
+            second.wait(timeout=30)
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+
+
 def test_unreachable_flink_master_fails_at_once_and_writes_nothing(fra_sample, tmp_path):
     root = tmp_path / "never"
     run = run_nmt(*smoke_args(fra_sample, str(root), TRAIN_STEPS), *FLINK,
