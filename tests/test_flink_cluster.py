@@ -92,9 +92,10 @@ def _until(proc: subprocess.Popen, marker: str) -> list[str]:
     return lines
 
 
-# Set once the first cluster's run has its job server up. Two `nmt run`s starting at one
-# moment could both find the job server's preferred port free (engines/flink.port checks, then
-# the JVM binds it seconds later), so the spare cluster's runs start after it.
+# Set once the first cluster's run has its job server up; the spare cluster's runs start after
+# it. Two runs starting at one moment both find the job server's preferred port free, and one
+# of them starts its server again on another port (flink.start_server, tested in
+# test_flink.py): here each run's path stays the same from one suite to the next.
 _ENGINE_UP = threading.Event()
 
 
