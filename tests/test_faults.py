@@ -22,6 +22,7 @@ import pytest
 import tensorflow_model_analysis as tfma
 
 from components import atomic_pusher, serving_versions
+from components.token_metrics import PERPLEXITY_NAME
 from components.fra_example_gen.executor import read_split
 from helpers import (REPO, FakeObjectStore, cached_components, checkpoint_steps, last_line,
                      latest_artifact, live_artifacts, make_model_dir, open_store, run_nmt,
@@ -303,7 +304,11 @@ def test_better_candidate_is_blessed_against_the_baseline_and_pushed_next(traine
     baseline_evaluation, evaluation = sorted(store.get_artifacts_by_type("ModelEvaluation"),
                                              key=lambda a: a.id)[:2]
     assert tfma.load_validation_result(evaluation.uri).validation_ok
-    assert overall_chrf(evaluation.uri) > overall_chrf(baseline_evaluation.uri)  # better
+    # Better: 100 steps against 2 lower the teacher-forced perplexity far beyond noise. (chrF
+    # is no measure here: both say bags of frequent words, and the 2-step model's scored more
+    # in one run of CI in about ten.)
+    assert overall(evaluation.uri, PERPLEXITY_NAME) < \
+        overall(baseline_evaluation.uri, PERPLEXITY_NAME) / 2
     baseline_version, candidate_version = (int(v) for v in versions(root))
     assert candidate_version > baseline_version
     assert f"Pushed the blessed model as version {candidate_version}" in \
@@ -311,9 +316,9 @@ def test_better_candidate_is_blessed_against_the_baseline_and_pushed_next(traine
     assert "did not bless" not in trained_root.pushed.stderr
 
 
-def overall_chrf(evaluation_uri: str) -> float:
-    return dict(tfma.load_eval_result(evaluation_uri).slicing_metrics)[()][""][""][
-        "corpus_chrf"]["doubleValue"]
+def overall(evaluation_uri: str, metric: str) -> float:
+    return dict(tfma.load_eval_result(evaluation_uri).slicing_metrics)[()][""][""][metric][
+        "doubleValue"]
 
 
 # --- pushers racing, failing, or on an object store ----------------------------------------------
