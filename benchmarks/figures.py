@@ -538,7 +538,7 @@ TABLES = (
         _figure("the data half at 4×, speed-up of 2 workers", "scale_data_half_x4_amx.json",
                 _speedup(4)),
         _figure("`make test`: tests passed, minutes", "test_suite.json",
-                "{figures[passed]} in {figures[minutes]:.0f}"),
+                "{figures[passed]} in {figures[minutes]:.1f}"),
     )),
     *(Table(name, ("stage", "seconds, 1,000 dev lines", "share of the greedy signature"),
             (Row(source, ("{item[stage]}", "{item[seconds]:.2f}", "{item[share]}"),
