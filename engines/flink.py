@@ -289,8 +289,7 @@ def _wait_for_port(process: subprocess.Popen, port: int, what: str, log_path: st
         if process.poll() is not None:
             raise EngineError(f"The {what} stopped as it started (exit status "
                               f"{process.returncode}): see {log_path}.")
-        with contextlib.suppress(OSError):
-            socket.create_connection(("localhost", port), timeout=1).close()
+        if listening(port):
             return
         time.sleep(0.2)
     raise EngineError(f"The {what} did not listen on port {port} within {_START_SECONDS} s: "
@@ -324,16 +323,16 @@ def owns_listener(pid: int, port: int) -> bool:
     tables = [t for t in ("/proc/net/tcp", "/proc/net/tcp6") if os.path.exists(t)]
     if not tables:
         return True
-    listening = set()
+    inodes = set()
     for table in tables:
         with contextlib.suppress(OSError), open(table, encoding="ascii") as f:
             for fields in (line.split() for line in f.readlines()[1:]):
                 if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                    listening.add(f"socket:[{fields[9]}]")  # its inode; 0A: LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")  # 0A: LISTEN
     with contextlib.suppress(OSError):
         for fd in os.listdir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in listening:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
                     return True
     return False
 

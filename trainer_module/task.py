@@ -169,13 +169,14 @@ def run_fn(fn_args: FnArgs) -> None:
     # Keyed before the plan, so that a re-run finds it and the plan kept there.
     checkpoint_dir = checkpoint_dir_for(fn_args, settings, hparams)
     history_path = os.path.join(checkpoint_dir, HISTORY_FILE)
+    machine = devices.machine_kind()  # decides `auto` with the base's record, and is recorded
     plan = budget.Plan.load(checkpoint_dir)
     if plan is None:
         plan = budget.make_plan(
             profile, functools.partial(_probe, fn_args, tf_transform_output), strategy,
             seconds_left=lambda: hparams.train_minutes * 60 - (time.time() - started),
             overrides=overrides, known_precision=warm_start.known_precision(
-                base, devices.machine_kind()) if base else None)
+                base, machine) if base else None)
         if chief:
             plan.save(checkpoint_dir)
     hparams = devices.fit_to_devices(plan.apply(hparams, overrides))
@@ -255,9 +256,8 @@ def run_fn(fn_args: FnArgs) -> None:
     warm_start.write_record(fn_args.serving_model_dir, warm_start.TrainingRecord(
         hparams=dataclasses.asdict(hparams), train_steps=hparams.train_steps,
         total_train_steps=steps_before + hparams.train_steps, transform=settings.transform,
-        machine=devices.machine_kind(),
-        auto_precision=hparams.precision if overrides.get("precision", profile.precision)
-        == "auto" else ""))
+        machine=machine, auto_precision=hparams.precision
+        if overrides.get("precision", profile.precision) == "auto" else ""))
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
                           (HPARAMS_FILE, dataclasses.asdict(hparams))):
         with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, name), "w") as f:

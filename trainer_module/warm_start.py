@@ -5,9 +5,9 @@ Every export carries `assets.extra/nmt_training.json` (TF Serving ignores assets
 HParams it trained with, its own steps and the total behind it (its base's total plus its own),
 and Transform's settings, so a later run can tell whether it can reuse the vocabulary, and
 the kind of machine it trained on and the precision `auto` chose there, which a run on the
-same kind reuses. The
-weights come from the SavedModel's own variables (`export.Translator.model_variables`), so
-the version a model server serves is exactly what training resumes from.
+same kind reuses. The weights come from the SavedModel's own variables
+(`export.Translator.model_variables`), so the version a model server serves is exactly what
+training resumes from.
 """
 from __future__ import annotations
 
