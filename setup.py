@@ -25,5 +25,5 @@ setup(
         "matplotlib",
     ],
     extras_require={"test": ["pytest", "pytest-xdist"]},
-    entry_points={"console_scripts": ["nmt=cli.main:main"]},
+    entry_points={"console_scripts": ["nmt=cli.main:entry_point"]},
 )

@@ -1,6 +1,4 @@
 """`python -m cli ARGS`: the same as `nmt ARGS`."""
-import sys
+from cli.main import entry_point
 
-from cli.main import main
-
-sys.exit(main())
+entry_point()

@@ -21,7 +21,7 @@ import warnings
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.")
 
 from cli import errors, evaluate, kubeflow, metadata, report, run, translate
-from runners import logs
+from runners import interpreter, logs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,5 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     return errors.run_handler(args)
 
 
+def entry_point() -> None:
+    """`nmt` and `python -m cli`: main() in a process that ends as soon as main returns."""
+    interpreter.exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

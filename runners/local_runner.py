@@ -23,7 +23,7 @@ from engines import flink_jobs
 from metadata.layouts import RUN_CONTEXT
 from metadata.runs import record_engine
 from metadata.store import connect
-from runners import run_summary
+from runners import interpreter, run_summary
 from pipeline.config import PipelineConfig, pipeline_arguments
 from engines.flink import FlinkEngine
 from pipeline.pipeline import create_pipeline
@@ -150,6 +150,7 @@ def run(config: PipelineConfig, to_component: str | None = None,
     # TFX's Beam executors parse sys.argv with absl's flags (base_beam_executor.py), which
     # would read nmt's -v as absl's --verbosity and fail: they get the program name only.
     argv, sys.argv = sys.argv, sys.argv[:1]
+    interpreter.freeze_imports()  # the components' modules and TensorFlow are loaded by now
     try:
         LocalDagRunner().run(pipeline, run_options=run_options)
     except Exception as err:  # a full disk and a failed Flink job are rephrased, not bugs
