@@ -2,7 +2,7 @@
 with it and with the interpreter's defaults (no frozen imports, the full teardown at exit),
 in alternating rounds, each in a fresh process.
 
-Usage: python benchmarks/interpreter_time.py --data ../shared/data/fra-eng/fra.txt
+Usage: python -m benchmarks.interpreter_time --data ../shared/data/fra-eng/fra.txt
            [--rounds 3] [--output interpreter_time.json]
 The commands: the smoke pipeline (`nmt run --profile smoke`) on every 50th line of the data,
 then `nmt translate` of one sentence with the model it pushed. Per command and variant: wall
