@@ -537,6 +537,13 @@ TABLES = (
                                      for mode in ("in_memory", "multi_processing", "flink"))),
         _figure("the data half at 4×, speed-up of 2 workers", "scale_data_half_x4_amx.json",
                 _speedup(4)),
+        _figure("`nmt`'s interpreter housekeeping: smoke `nmt run` / `nmt translate` of one "
+                "sentence, s, the interpreter's defaults → `nmt` (median of 3, alternating)",
+                "interpreter_time_epyc_bf16.json",
+                lambda r: " / ".join(
+                    f"{r['figures']['median']['interpreter_defaults'][command]['wall_s']:.1f} → "
+                    f"{r['figures']['median']['nmt'][command]['wall_s']:.1f}"
+                    for command in ("run", "translate"))),
         _figure("`make test`: tests passed, minutes", "test_suite.json",
                 "{figures[passed]} in {figures[minutes]:.1f}"),
     )),

@@ -2,7 +2,7 @@
 the teardown at exit. TensorFlow, TFX and Beam import millions of objects that live as long as
 the process; the collector's full passes walk all of them again and again, and at exit the
 interpreter frees them one by one. Neither does anything a user can see (time saved:
-BENCHMARKS.md, "Interpreter housekeeping").
+BENCHMARKS.md, today's figures).
 
 Importing this module imports nothing heavy.
 """
