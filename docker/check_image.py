@@ -32,6 +32,7 @@ MODULES = (
     "sentencepiece",  # its SentencePiece learner, imported when that tokenizer runs
     "components.tfma_metrics",  # the Evaluator's metrics: BLEU, chrF
     "components.token_metrics",  # and token accuracy, perplexity
+    "runners.kubeflow_task",  # every task container's command (kubeflow_runner.TASK_COMMAND)
     "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
     "tfx.orchestration.kubeflow.v2.file_based_example_gen.driver",
 )

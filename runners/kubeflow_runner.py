@@ -31,6 +31,8 @@ TRAINER_ID = "Trainer"
 EXAMPLE_GEN_ID = "FraTxtExampleGen"
 TRANSFORM_ID = "Transform"
 SERVED_MODEL_ID = "ServedModel"  # a warm start's base: the newest served version when it runs
+# Every task container's command: TFX's entry point in a process that ends sooner.
+TASK_COMMAND = ["python", "-m", "runners.kubeflow_task"]
 # The Kubernetes resource name KFP puts in the pod's limits; Vertex AI wants e.g. NVIDIA_TESLA_T4.
 DEFAULT_GPU_TYPE = "nvidia.com/gpu"
 BACKENDS = ("kfp", "vertex")
@@ -253,7 +255,7 @@ def compile_pipeline(config: PipelineConfig, image: str, output_path: str,
     # Schema 2.1 (typed parameterValues) is what KFP 2 backends and current Vertex AI run.
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
-            default_image=image, use_pipeline_spec_2_1=True))
+            default_image=image, default_commands=TASK_COMMAND, use_pipeline_spec_2_1=True))
     job = runner.run(pipeline, write_out=False)
     _set_beam_resources(job["pipelineSpec"], beam_component_ids(pipeline), beam_resources)
     spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())

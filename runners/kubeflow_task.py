@@ -1,0 +1,26 @@
+"""The command of the compiled pipeline's task containers: TFX's container entry point
+(`kubeflow_v2_run_executor`, its flags unchanged) in a process that, like `nmt`, keeps its
+imports out of the garbage collector's passes and ends without freeing every object first
+(runners/interpreter.py).
+
+    python -m runners.kubeflow_task --executor_class_path=... (TFX's flags)
+"""
+from __future__ import annotations
+
+import argparse
+
+from absl import app
+from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor as tfx_task
+
+from runners import interpreter
+
+
+def main(parsed_argv: tuple[argparse.Namespace, list[str]]) -> None:
+    interpreter.freeze_imports()
+    tfx_task.main(parsed_argv)
+    interpreter.exit_now(0)
+
+
+if __name__ == "__main__":
+    # TFX's own parser: the spec's arguments are TFX's, and Beam's flags pass through it.
+    app.run(main, flags_parser=tfx_task._parse_flags)  # pylint: disable=protected-access
