@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import logging
 import os
 import sys
 import threading
@@ -30,8 +29,8 @@ def exit_now(code: int) -> NoReturn:
     if any(thread.is_alive() and not thread.daemon and thread is not threading.main_thread()
            for thread in threading.enumerate()):
         sys.exit(code)
-    atexit._run_exitfuncs()  # pylint: disable=protected-access  # what sys.exit would run
-    logging.shutdown()
+    # What sys.exit would run: logging's shutdown (which flushes the logs) is among them.
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
