@@ -1,5 +1,6 @@
 """The Evaluator's time (issue #67): TFX's Evaluator as `make run` runs it (the pipeline's
-eval_config, the DirectRunner in memory on one worker), on one ExampleGen output's eval split,
+eval_config, the DirectRunner in memory on one worker, the imports frozen out of the garbage
+collector's passes as `nmt run` freezes them), on one ExampleGen output's eval split,
 once per model in alternating rounds, through LocalDagRunner. A model is a directory that
 holds `Format-Serving/`, as a Trainer's Model artifact does (`benchmarks/reexport.py --out
 DIR/Format-Serving` exports trained weights with this checkout's code, or another's).
@@ -34,6 +35,7 @@ from benchmarks import results
 from metadata import artifacts
 from pipeline.config import DEFAULT_BEAM_ARGS
 from pipeline.eval_config import evaluator_args
+from runners import interpreter
 
 
 def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[float, dict]:
@@ -53,6 +55,7 @@ def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[flo
         metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(
             os.path.join(root, "metadata.sqlite")),
         beam_pipeline_args=list(DEFAULT_BEAM_ARGS))
+    interpreter.freeze_imports()  # as runners/local_runner.py before the pipeline runs
     start = time.perf_counter()
     LocalDagRunner().run(pipeline)
     seconds = time.perf_counter() - start
