@@ -287,7 +287,7 @@ DECODE_PRECISION_BLEU = "decode_precision_paired_epyc_bf16.json"
 # The Evaluator: f223834's code and export, 90671de's code (the merged batches) with
 # 2f92848's export, 086e936's (greedy sub-batches of 256) with its export, and today's with its
 # float32 and its bfloat16 export.
-EVALUATOR_TIME = "evaluator_time_rows_epyc_bf16.json"
+EVALUATOR_TIME = "evaluator_time_frozen_epyc_bf16.json"
 # The same export, the Evaluator's code before and after sacreBLEU's statistics moved into a
 # TFMA preprocessor.
 EVALUATOR_STATISTICS = "evaluator_time_preprocessor_avx2.json"
@@ -502,7 +502,8 @@ TABLES = (
                     f"{c['difference']:+.2f} ({c['bootstrap_std']:.2f})"
                     for c in r["figures"]["candidates"].values())),
         _figure("the Evaluator in `make run`'s setting, s, before / merged batches / 086e936 "
-                "(greedy sub-batches of 256) / today float32 / today bfloat16", EVALUATOR_TIME,
+                "(greedy sub-batches of 256) / today float32 / today bfloat16 (today's process with "
+                "its imports frozen, as `nmt run`'s)", EVALUATOR_TIME,
                 lambda r: _per_model(r, "models")),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
