@@ -68,13 +68,15 @@ def main() -> None:
     with open(args.data, encoding="utf-8") as source, open(data, "w", encoding="utf-8") as f:
         f.writelines(line for i, line in enumerate(source) if i % EVERY_NTH_LINE == 0)
     rounds: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
-    for number in range(args.rounds):
-        order = list(VARIANTS) if number % 2 else list(reversed(VARIANTS))
-        for variant in order:
-            rounds[variant].append(_round(variant, data, work))
-            print(f"round {number + 1}/{args.rounds}, {variant}: {rounds[variant][-1]}",
-                  file=sys.stderr)
-    shutil.rmtree(work, ignore_errors=True)
+    try:
+        for number in range(args.rounds):
+            order = list(VARIANTS) if number % 2 else list(reversed(VARIANTS))
+            for variant in order:
+                rounds[variant].append(_round(variant, data, work))
+                print(f"round {number + 1}/{args.rounds}, {variant}: {rounds[variant][-1]}",
+                      file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     figures = {"rounds": rounds, "median": {
         variant: {command: {key: statistics.median(r[command][key] for r in measured)
                             for key in ("wall_s", "cpu_s", "peak_mb")}

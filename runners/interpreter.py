@@ -23,17 +23,27 @@ def freeze_imports() -> None:
 
 
 def exit_now(code: int) -> NoReturn:
-    """Ends the process with `code` as `sys.exit` would, without freeing every object first:
-    logs and the standard streams are flushed and exit handlers (temporary files, loggers) run.
-    A process with other threads still working exits the usual way, after them."""
+    """Ends the process with `code`, as `sys.exit` would but without freeing every object
+    first: the exit handlers run (logging's shutdown, which flushes the logs, temporary
+    files) and the standard streams are flushed. A process with other threads still working
+    exits the usual way, after them."""
     if any(thread.is_alive() and not thread.daemon and thread is not threading.main_thread()
            for thread in threading.enumerate()):
         sys.exit(code)
-    # What sys.exit would run: logging's shutdown (which flushes the logs) is among them.
     atexit._run_exitfuncs()  # pylint: disable=protected-access
     for stream in (sys.stdout, sys.stderr):
+        if stream is None or stream.closed:
+            continue
         try:
             stream.flush()
-        except (OSError, ValueError):  # a full disk, a closed pipe: failed, as sys.exit says
-            code = code or 120
+        except OSError as err:  # a reader gone, a full disk: the interpreter's status 120
+            code = 120
+            _tell(f"Could not write the output: {err}")
     os._exit(code)
+
+
+def _tell(message: str) -> None:
+    try:
+        os.write(2, f"{message}\n".encode())
+    except OSError:
+        pass

@@ -8,6 +8,7 @@ imports out of the garbage collector's passes and ends without freeing every obj
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from absl import app
 from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor as tfx_task
@@ -15,7 +16,8 @@ from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor as 
 from runners import interpreter
 
 
-def main(parsed_argv: tuple[argparse.Namespace, list[str]]) -> None:
+def main(parsed_argv: tuple[argparse.Namespace, list[str]]) -> NoReturn:
+    """TFX's task, then the process ends (an exception ends it the usual way, via absl)."""
     interpreter.freeze_imports()
     tfx_task.main(parsed_argv)
     interpreter.exit_now(0)

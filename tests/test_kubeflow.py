@@ -106,7 +106,7 @@ def test_every_container_runs_the_image_with_the_beam_args(spec):
     assert {executor_label(spec, task) for task in CHAIN} <= set(containers)
     for label, container in containers.items():
         assert container.image == IMAGE, label
-        assert container.command[:3] == kubeflow_runner.TASK_COMMAND, label
+        assert container.command == ["python", "-m", "runners.kubeflow_task"], label
     transform_args = list(containers[executor_label(spec, "Transform")].args)
     assert "--runner=DataflowRunner" in transform_args and "--project=nmt-project" in transform_args
     assert "--direct_running_mode=in_memory" not in transform_args  # --beam-arg replaces defaults

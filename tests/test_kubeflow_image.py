@@ -72,6 +72,9 @@ def test_the_image_check_covers_every_executor_the_specs_name(specs):
     named = {e.container.args[list(e.container.args).index("--executor_class_path") + 1]
              for spec in specs for e in executors(spec).values() if e.HasField("container")}
     assert named == set(check_image.EXECUTOR_CLASSES)
+    modules = {e.container.command[2] for spec in specs for e in executors(spec).values()
+               if e.HasField("container") and e.container.command[1] == "-m"}
+    assert modules and modules <= set(check_image.MODULES)
 
 
 def test_the_image_check_passes_here(capsys):
