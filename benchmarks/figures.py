@@ -502,8 +502,8 @@ TABLES = (
                     f"{c['difference']:+.2f} ({c['bootstrap_std']:.2f})"
                     for c in r["figures"]["candidates"].values())),
         _figure("the Evaluator in `make run`'s setting, s, before / merged batches / 086e936 "
-                "(greedy sub-batches of 256) / today float32 / today bfloat16 (today's process with "
-                "its imports frozen, as `nmt run`'s)", EVALUATOR_TIME,
+                "(greedy sub-batches of 256) / today float32 / today bfloat16 (today's process "
+                "with its imports frozen, as `nmt run`'s)", EVALUATOR_TIME,
                 lambda r: _per_model(r, "models")),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
