@@ -38,7 +38,7 @@ MODULE_MARKERS = {"test_faults": "faults", "test_kubeflow": "kubeflow",
                   "test_imports": "layout",
                   "test_benchmarks_import": "layout", "test_export": "serving",
                   "test_segmentation": "serving", "test_flink": "flink",
-                  "test_figures": "figures"}
+                  "test_figures": "figures", "test_interpreter": "process"}
 # Unit tests slower than ~30 s on 2 cores: kept out of `make test-fast`.
 SLOW_FIXTURES = {"overfit", "exported_translator"}
 # `make test` runs on two pytest-xdist workers, and each worker builds its own session- and
