@@ -6,7 +6,12 @@
         --work /work/chain --output warm_chain_avx2.json [--arm chain_3x10 --arm chain_2x30]
 
 Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --work):
-  chain_3x10          three runs of 1 unit, each warm-started from the one before
+  chain_3x10          three runs of 1 unit, each warm-started from the one before (from its
+                      training state before the cooldown; before 2026-12-01, from its served
+                      weights: the commit column tells them apart)
+  chain_3x10_served   the same with `--hparam continued_from=served`: each continued run
+                      starts from the served weights with empty optimizer moments
+  fresh_30            one run of 3 units from scratch (chain_2x30's first run, alone)
   chain_3x10_restart  the same with `--hparam continued_schedule=restart`: each continued run
                       warms up to the peak again, as a fresh run does (the learning-rate choice)
   chain_3x10_total_tail  the same with `--hparam continued_tail=total`: each continued run's
@@ -47,10 +52,16 @@ from benchmarks.paired import paired_bootstrap, read_lines
 
 SERVING = os.path.join("serving", "nmt-fra-eng")
 ARMS = ("chain_3x10", "chain_2x30", "chain_3x10_restart", "chain_3x10_total_tail", "fresh_60",
-        "spans", "chain_3x_steps", "spans_two")
+        "spans", "chain_3x_steps", "spans_two", "chain_3x10_served", "fresh_30")
 # (arm, run index) pairs compared: candidate against baseline.
 COMPARISONS = (
     ("chain of 3 x 1 unit against 3 units from scratch", ("chain_3x10", 2), ("chain_2x30", 0)),
+    ("chain of 3 x 1 unit against 3 units from scratch (fresh_30)", ("chain_3x10", 2),
+     ("fresh_30", 0)),
+    ("chain of 3 x 1 unit from the served weights against 3 units from scratch",
+     ("chain_3x10_served", 2), ("fresh_30", 0)),
+    ("chain of 3 x 1 unit from the training state against the served weights",
+     ("chain_3x10", 2), ("chain_3x10_served", 2)),
     ("chain of 2 x 3 units against 3 units from scratch", ("chain_2x30", 1), ("chain_2x30", 0)),
     ("chain of 2 x 3 units against 6 units from scratch", ("chain_2x30", 1), ("fresh_60", 0)),
     ("chain of 3 x 1 unit warming up again, against the continued schedule",
@@ -83,6 +94,11 @@ def runs_of(arm: str, unit: float, work: str) -> list[dict]:
                  "flags": ["--hparam", "continued_tail=total"]}] * 3
     if arm == "chain_2x30":
         return [{"minutes": 3 * unit, "root": root}] * 2
+    if arm == "chain_3x10_served":
+        return [{"minutes": unit, "root": root,
+                 "flags": ["--hparam", "continued_from=served"]}] * 3
+    if arm == "fresh_30":
+        return [{"minutes": 3 * unit, "root": root}]
     if arm == "fresh_60":
         return [{"minutes": 6 * unit, "root": root}]
     if arm == "chain_3x_steps":
@@ -152,6 +168,7 @@ def train(run: dict, fra_txt: str) -> dict:
     record = read_record(model)
     return {"model": model, "run_minutes": round((time.monotonic() - started) / 60, 2),
             "train_steps": record.train_steps, "total_train_steps": record.total_train_steps,
+            "schedule_steps": record.schedule_steps,
             "model_shape": {k: record.hparams[k] for k in ("num_layers", "d_model", "dff")}}
 
 

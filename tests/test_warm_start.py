@@ -25,7 +25,7 @@ from trainer_module import hparams as hparams_lib
 from trainer_module import task
 from trainer_module import warm_start as training
 from trainer_module.optimization import learning_rate_schedule, peak_learning_rate
-from trainer_module.settings import HISTORY_FILE
+from trainer_module.settings import HISTORY_FILE, TRAINING_STATE
 from transform_module.preprocessing import analyze_in_memory
 from transform_module.sentencepiece import served_assets
 from transform_module.tokens import DEFAULT_VOCAB_SIZE
@@ -103,6 +103,54 @@ def test_a_total_tail_averages_as_many_weights_as_one_long_run_would():
                   epochs=1, steps_per_epoch=20, verbose=0, callbacks=[average])
         counts.append(average.apply())
     assert counts == [5, 20]  # 0.25 x 20; 0.25 x 80
+
+
+def _fit(model: keras.Model, steps: int, feedback: list) -> None:
+    model.fit(tf.data.Dataset.from_tensors((np.ones([4, 2]), np.ones([4, 1]))).repeat(),
+              epochs=1, steps_per_epoch=steps, verbose=0, callbacks=feedback)
+
+
+def _adam_model() -> keras.Model:
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def test_the_training_state_is_saved_where_the_cooldown_begins_and_restored_with_its_moments(
+        tmp_path):
+    """TrainingState saves the weights and the optimizer at the cooldown's first step (a
+    quarter of 20: step 15); restore_training_state puts both into a new model and counts its
+    steps from 0."""
+    model = _adam_model()
+    seen = {}
+    record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: seen.update(
+        {int(model.optimizer.iterations.numpy()): (
+            model.get_weights(), [v.numpy() for v in model.optimizer.variables[1:]])}))
+    state = callbacks.TrainingState(
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer),
+        str(tmp_path / TRAINING_STATE), tf.Variable(20, dtype=tf.int64), 0.25)
+    assert state.fork_step() == 15
+    _fit(model, 20, [record, state])
+    assert callbacks.saved_state_step(str(tmp_path / TRAINING_STATE)) == 15
+    restored = _adam_model()
+    base = _record(vocab_size=DEFAULT_VOCAB_SIZE)
+    assert not training.has_training_state(base, str(tmp_path))  # its record names none
+    assert training.has_training_state(dataclasses.replace(base, schedule_steps=15),
+                                       str(tmp_path))
+    training.restore_training_state(restored, str(tmp_path))
+    weights, moments = seen[15]  # step 15's, not the last step's
+    assert not np.array_equal(weights[0], model.get_weights()[0])
+    for mine, theirs in zip(restored.get_weights() + [
+            v.numpy() for v in restored.optimizer.variables[1:]], weights + moments):
+        np.testing.assert_array_equal(mine, theirs)
+    assert len(moments) == 4 and all(np.any(m) for m in moments)  # Adam's m and v, both layers
+    assert int(restored.optimizer.iterations.numpy()) == 0
+    mismatched = keras.Sequential([keras.layers.Dense(2, input_shape=(2,))])
+    mismatched.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    mismatched.optimizer.build(mismatched.trainable_variables)
+    with pytest.raises(training.WarmStartError, match="does not fit this model"):
+        training.restore_training_state(mismatched, str(tmp_path))
 
 
 # -- the recipe a continued run trains with ------------------------------------------------------
@@ -340,6 +388,14 @@ def test_the_second_run_continues_the_first_runs_model(chain):
                              ("Transform", "executed"), ("ServedModel", "executed"),
                              ("Trainer", "executed")):
         assert re.search(rf"{component} +[\d.]+ s  {state}", chain.second), component
+    # from the first run's training state (the smoke profile has no cooldown: its last step's),
+    # shipped with the served version, its schedule going on from there
+    served = os.path.join(chain.root, "serving", "nmt-fra-eng", chain.version)
+    assert training.read_record(served).schedule_steps == FIRST_STEPS
+    assert callbacks.saved_state_step(os.path.join(served, TRAINING_STATE)) == FIRST_STEPS
+    assert "Starting from the base model's training state before its cooldown" in chain.second
+    record = training.read_record(os.path.join(_second_model(chain.root).uri, "Format-Serving"))
+    assert record.schedule_steps == FIRST_STEPS + SECOND_STEPS
     first, second = _histories(chain.root)
     # its first steps' loss is where the first run ended, far below a fresh start's
     assert second[0]["loss"] < first[0]["loss"] - 1.0

@@ -183,6 +183,51 @@ class StopTraining(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class TrainingState(keras.callbacks.Callback):
+    """Saves `checkpoint` (the weights and the optimizer) once, at the step where the cooldown
+    begins (`fork_step`; the last step without one), into `directory`: the state a warm start
+    goes on from (warm_start.restore_training_state). The served model is cooled down and
+    averaged; a run that went on from it would climb back to a high learning rate from settled
+    weights with empty moments, where from here a chain of runs follows one long run's
+    schedule, and only each run's cooldown is its own.
+
+    Every worker of a MultiWorkerMirroredStrategy run saves (a collective); only the chief's
+    copy is kept (`keep`), as CheckpointAndHistory does.
+    """
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, directory: str,
+                 final_step: tf.Variable, cooldown_fraction: float, tail_before: int = 0,
+                 keep: bool = True) -> None:
+        super().__init__()
+        self.final_step, self.cooldown_fraction = final_step, cooldown_fraction
+        self.tail_before, self.keep = tail_before, keep
+        self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1)
+
+    def fork_step(self) -> int:
+        """The step whose state is saved (0 while the last step is undecided)."""
+        final = int(self.final_step.numpy())
+        if not final:
+            return 0
+        return max(final - cooldown_steps(self.cooldown_fraction, final, self.tail_before), 1)
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        step = int(self.model.optimizer.iterations.numpy())
+        if step != self.fork_step():
+            return
+        path = self.manager.save(checkpoint_number=step)
+        if not self.keep:
+            tf.io.gfile.rmtree(self.manager.directory)
+            return
+        _LOG.info("Saved the training state at step %d, before the cooldown, for a later warm "
+                  "start: %s.", step, path)
+
+
+def saved_state_step(directory: str) -> int:
+    """The step of the state TrainingState saved in `directory` (0: none)."""
+    latest = tf.train.latest_checkpoint(directory)
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
 class WeightAverage(keras.callbacks.Callback):
     """The uniform average of the trainable weights over the last `fraction` of the steps up to
     `final_step` (a variable: a time budget fixes it while training runs, before the averaged

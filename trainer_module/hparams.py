@@ -63,6 +63,11 @@ class HParams:
     # steps behind its model and its own (at most its own), so the last run of a chain ends as
     # one long run would (kept to measure the choice: BENCHMARKS.md, warm starts).
     continued_tail: str = "run"
+    # What a warm-started run starts from: "state", the base's weights and optimizer moments
+    # from where its cooldown began (settings.TRAINING_STATE), so that a chain of runs follows
+    # one long run's schedule; "served", the served weights (cooled down and averaged) with
+    # empty moments. A base without a saved state is continued as "served".
+    continued_from: str = "state"
     optimizer: str = "adam"  # "adam" (the paper's) or "rmsprop" (the seeds' recipe, default rate)
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
@@ -173,6 +178,9 @@ class HParams:
         if self.continued_schedule not in ("continue", "restart"):
             raise ValueError(f"continued_schedule must be 'continue' or 'restart', got "
                              f"{self.continued_schedule!r}")
+        if self.continued_from not in ("state", "served"):
+            raise ValueError(f"continued_from must be 'state' or 'served', got "
+                             f"{self.continued_from!r}")
         if self.continued_tail not in ("run", "total"):
             raise ValueError(f"continued_tail must be 'run' or 'total', got "
                              f"{self.continued_tail!r}")

@@ -235,21 +235,24 @@ def rewarm_steps(hparams: HParams) -> int:
 
 
 def learning_rate_schedule(hparams: HParams, train_steps: int | tf.Variable | None = None,
-                           steps_before: int = 0) -> TransformerSchedule:
+                           steps_before: int = 0, moments: bool = False) -> TransformerSchedule:
     """The warm-up schedule scaled for the profile, with its cooldown if any, ending at
     `train_steps` (default: the profile's; a variable when a time budget decides it); for a
-    model with `steps_before` steps of training behind it, continued where they left it
-    (hparams.continued_schedule "continue"; "restart": as a fresh run's)."""
+    model with `steps_before` steps of the schedule behind it, continued where they left it
+    (hparams.continued_schedule "continue"; "restart": as a fresh run's). `moments`: the
+    optimizer starts with the base's moments (warm_start.restore_training_state), so the rate
+    needs no rise from zero."""
     continued = steps_before if hparams.continued_schedule == "continue" else 0
     return TransformerSchedule(hparams.d_model, hparams.warmup_steps, hparams.learning_rate_scale,
                                hparams.train_steps if train_steps is None else train_steps,
                                hparams.cooldown_fraction, step_offset=continued,
-                               rewarm_steps=rewarm_steps(hparams) if continued else 0,
+                               rewarm_steps=rewarm_steps(hparams) if continued and not moments
+                               else 0,
                                tail_before=hparams.tail_steps_before(steps_before))
 
 
 def make_optimizer(hparams: HParams, train_steps: int | tf.Variable | None = None,
-                   steps_before: int = 0) -> keras.optimizers.Optimizer:
+                   steps_before: int = 0, moments: bool = False) -> keras.optimizers.Optimizer:
     """Adam(0.9, 0.98, 1e-9 by default) on the warm-up schedule ending at `train_steps`;
     loss-scaled under float16; with a moving average of the weights if hparams.ema_momentum > 0.
 
@@ -262,7 +265,7 @@ def make_optimizer(hparams: HParams, train_steps: int | tf.Variable | None = Non
         optimizer = keras.optimizers.RMSprop(**averaging)
     else:
         optimizer = keras.optimizers.Adam(
-            learning_rate=learning_rate_schedule(hparams, train_steps, steps_before),
+            learning_rate=learning_rate_schedule(hparams, train_steps, steps_before, moments),
             beta_1=hparams.adam_beta_1, beta_2=hparams.adam_beta_2, epsilon=hparams.adam_epsilon,
             **averaging)
     if hparams.precision == "mixed_float16":  # bfloat16 has float32's range: no scaling

@@ -19,6 +19,9 @@ HPARAMS_FILE = "hparams.json"  # the HParams trained, train_steps the realized c
 # Inside the exported SavedModel (TF Serving ignores assets.extra): what trained it, for a
 # later warm start and `nmt metadata models` (trainer_module/warm_start.py).
 TRAINING_RECORD = "assets.extra/nmt_training.json"
+# Beside it: the training state a warm start goes on from, a checkpoint of the weights and the
+# optimizer's moments taken where the cooldown began (callbacks.TrainingState).
+TRAINING_STATE = "assets.extra/nmt_training_state"
 
 
 class SettingsError(ValueError):

@@ -33,6 +33,7 @@ from transform_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGE
 
 _LOG = logging.getLogger(__name__)
 _UNBOUNDED_STEPS = 10**9
+_STATE_DIR = "training_state"  # in the checkpoint directory: callbacks.TrainingState's
 
 
 def _hparams(settings: TrainerSettings, train_steps: int,
@@ -70,15 +71,15 @@ def checkpoint_dir_for(fn_args: FnArgs, settings: TrainerSettings,
 
 
 def build_keras_model(hparams: hparams_lib.HParams, final_step: tf.Variable | None = None,
-                      steps_before: int = 0) -> Transformer:
+                      steps_before: int = 0, moments: bool = False) -> Transformer:
     """The compiled model, its and the optimizer's variables created (so a checkpoint restores
     into them at once, even when no training step follows). The learning-rate schedule ends at
     `final_step` (default: hparams.train_steps), continuing `steps_before` steps of a base
-    model's training."""
+    model's schedule (with its optimizer's `moments`: optimization.learning_rate_schedule)."""
     model = Transformer(hparams)
     model((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
     model.compile(
-        optimizer=make_optimizer(hparams, final_step, steps_before),
+        optimizer=make_optimizer(hparams, final_step, steps_before, moments),
         loss=GlobalTokenMeanLoss(hparams.label_smoothing),
         metrics=[MaskedAccuracy(), Perplexity(), callbacks.TargetTokens()],
         jit_compile=hparams.use_xla)
@@ -164,6 +165,12 @@ def run_fn(fn_args: FnArgs) -> None:
         hparams = warm_start.continued_hparams(base, hparams, overrides)
         profile = warm_start.continued_hparams(base, profile, {})
     steps_before = base.total_train_steps if base else 0
+    # The base's training state, if it has one and the recipe goes on from it; otherwise the
+    # served weights, whose schedule continues from all the steps behind them.
+    from_state = bool(base) and hparams.continued_from == "state" and \
+        hparams.continued_schedule == "continue" and \
+        warm_start.has_training_state(base, fn_args.base_model)
+    schedule_before = base.schedule_steps if from_state else steps_before
     strategy = devices.choose_strategy()
     chief = devices.writes_results(strategy)
     # Keyed before the plan, so that a re-run finds it and the plan kept there.
@@ -185,11 +192,11 @@ def run_fn(fn_args: FnArgs) -> None:
         # The last step: known, or 0 until the time budget decides it (checkpointed with it).
         final_step = tf.Variable(0 if hparams.train_minutes else hparams.train_steps,
                                  trainable=False, dtype=tf.int64, name="final_step")
-        model = build_keras_model(hparams, final_step, steps_before)
+        model = build_keras_model(hparams, final_step, schedule_before, moments=from_state)
         # The uniform average of the last weights, if asked for (checkpointed with them).
         average = callbacks.WeightAverage(model.trainable_variables, final_step,
                                           hparams.averaged_fraction,
-                                          hparams.tail_steps_before(steps_before)) \
+                                          hparams.tail_steps_before(schedule_before)) \
             if hparams.averaged_fraction else None
         checkpoint = tf.train.Checkpoint(
             model=model, optimizer=model.optimizer, final_step=final_step,
@@ -202,6 +209,11 @@ def run_fn(fn_args: FnArgs) -> None:
                       f"{int(final_step.numpy()):,}" if int(final_step.numpy()) else
                       f"a {hparams.train_minutes:g}-minute budget, "
                       f"{callbacks.seconds_trained(history_path, step):.1f} s of it spent")
+        elif from_state:
+            warm_start.restore_training_state(model, fn_args.base_model)
+            _LOG.info("Starting from the base model's training state before its cooldown, its "
+                      "weights and optimizer (%s steps of the learning-rate schedule behind "
+                      "it): the schedule goes on from there.", f"{schedule_before:,}")
         elif base:
             warm_start.restore_weights(model, fn_args.base_model)
             _LOG.info("Starting from the base model's weights (%s training steps behind it): "
@@ -212,16 +224,21 @@ def run_fn(fn_args: FnArgs) -> None:
             checkpoint_dir, f".{devices.worker_name(strategy)}-temp")
         manager = tf.train.CheckpointManager(
             checkpoint, write_dir, max_to_keep=(hparams.keep_checkpoints or None) if chief else 1)
+        state_dir = os.path.join(write_dir, _STATE_DIR)
+        training_state = callbacks.TrainingState(
+            tf.train.Checkpoint(model=model, optimizer=model.optimizer), state_dir, final_step,
+            hparams.cooldown_fraction, hparams.tail_steps_before(schedule_before), keep=chief)
     step = int(model.optimizer.iterations.numpy())
     time_budget = budget.TimeBudget(
         hparams.train_minutes * 60, started, callbacks.seconds_trained(history_path, step),
         hparams.cooldown_fraction, hparams.averaged_fraction,
-        hparams.tail_steps_before(steps_before)) if hparams.train_minutes else None
+        hparams.tail_steps_before(schedule_before)) if hparams.train_minutes else None
     if not int(final_step.numpy()) or step < int(final_step.numpy()):
         feedback = [callbacks.ProgressLogger(final_step, budget=time_budget),
                     callbacks.CheckpointAndHistory(manager, history_path, keep=chief,
                                                    started=started),
                     callbacks.StopTraining(final_step, time_budget, strategy),
+                    training_state,  # after StopTraining: the step it fixes decides the fork
                     *([average] if average else [])]
         if chief:
             feedback.append(keras.callbacks.TensorBoard(fn_args.model_run_dir, update_freq=50))
@@ -253,11 +270,16 @@ def run_fn(fn_args: FnArgs) -> None:
                   averaged_steps)
     export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
                              fn_args.serving_model_dir)
+    state_step = callbacks.saved_state_step(state_dir)
+    if state_step:
+        warm_start.ship_training_state(state_dir, fn_args.serving_model_dir)
     warm_start.write_record(fn_args.serving_model_dir, warm_start.TrainingRecord(
         hparams=dataclasses.asdict(hparams), train_steps=hparams.train_steps,
         total_train_steps=steps_before + hparams.train_steps, transform=settings.transform,
         machine=machine, auto_precision=hparams.precision
-        if overrides.get("precision", profile.precision) == "auto" else ""))
+        if overrides.get("precision", profile.precision) == "auto" else "",
+        schedule_steps=(schedule_before if hparams.continued_schedule == "continue" else 0)
+        + state_step if state_step else 0))
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
                           (HPARAMS_FILE, dataclasses.asdict(hparams))):
         with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, name), "w") as f:

@@ -5,9 +5,11 @@ Every export carries `assets.extra/nmt_training.json` (TF Serving ignores assets
 HParams it trained with, its own steps and the total behind it (its base's total plus its own),
 and Transform's settings, so a later run can tell whether it can reuse the vocabulary, and
 the kind of machine it trained on and the precision `auto` chose there, which a run on the
-same kind reuses. The weights come from the SavedModel's own variables
-(`export.Translator.model_variables`), so the version a model server serves is exactly what
-training resumes from.
+same kind reuses. Beside it, `assets.extra/nmt_training_state/`: the weights and the
+optimizer's moments where the cooldown began (callbacks.TrainingState), which a warm start
+goes on from (hparams.continued_from "state"). Without it (a model exported before, or
+"served") the weights come from the SavedModel's own variables
+(`export.Translator.model_variables`), exactly what a model server serves.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module import hparams as hparams_lib
-from trainer_module.settings import TRAINING_RECORD
+from trainer_module.settings import TRAINING_RECORD, TRAINING_STATE
 
 _VARIABLE_KEY = "model_variables/{}/.ATTRIBUTES/VARIABLE_VALUE"  # export.Translator's list
 # The fields that make the network's shape (and its vocabulary's): a warm start keeps them.
@@ -55,6 +57,9 @@ class TrainingRecord:
     # The precision `auto` chose for it on that machine; empty when the user set its precision
     # (a choice the probe might not make) or in records from before.
     auto_precision: str = ""
+    # The learning-rate schedule's steps behind the training state saved beside the model
+    # (TRAINING_STATE): its base's and its own up to its cooldown. 0: none saved.
+    schedule_steps: int = 0
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
@@ -154,3 +159,36 @@ def restore_weights(model: keras.Model, model_dir: str) -> None:
     for average, weight in zip(getattr(optimizer, "_model_variables_moving_average", ()),
                                model.trainable_variables):
         average.assign(weight)
+
+
+def has_training_state(base: TrainingRecord, model_dir: str) -> bool:
+    """Whether `model_dir` holds the training state its record names."""
+    return bool(base.schedule_steps) and tf.train.latest_checkpoint(
+        os.path.join(model_dir, TRAINING_STATE)) is not None
+
+
+def restore_training_state(model: keras.Model, model_dir: str) -> None:
+    """Sets `model`'s weights and its optimizer's moments to the training state saved in
+    `model_dir` (same architecture and optimizer), and the optimizer's step count to 0: this
+    run's steps count from there, and the schedule knows the steps behind them
+    (TrainingRecord.schedule_steps). Adam's bias correction restarts with the count: over
+    its first ~200 steps it scales the updates by 0.66-1.41 (beta_1 0.9, beta_2 0.98), where a
+    run with empty moments rises from zero."""
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    path = tf.train.latest_checkpoint(os.path.join(model_dir, TRAINING_STATE))
+    try:
+        checkpoint.restore(path).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        raise WarmStartError(f"The training state saved with {model_dir} does not fit this "
+                             f"model ({str(error).splitlines()[0]}); train with --hparam "
+                             "continued_from=served, or without --warm-start.") from error
+    model.optimizer.iterations.assign(0)
+
+
+def ship_training_state(state_dir: str, export_dir: str) -> None:
+    """Copies the checkpoint TrainingState saved in `state_dir` into the export."""
+    target = os.path.join(export_dir, TRAINING_STATE)
+    tf.io.gfile.makedirs(target)
+    for name in tf.io.gfile.listdir(state_dir):
+        tf.io.gfile.copy(os.path.join(state_dir, name), os.path.join(target, name),
+                         overwrite=True)
