@@ -254,6 +254,17 @@ def _chain_runs(record: dict) -> list[dict]:
             for number, run in enumerate(state["runs"], 1)]
 
 
+def _started_from(record: dict) -> str:
+    """What a chain's run started from: nothing, its base's training state or its served
+    weights (all runs before training states existed; their results lack schedule_steps)."""
+    run = record["item"]
+    if run["total_train_steps"] == run["train_steps"]:
+        return "scratch"
+    if "schedule_steps" in run and run.get("continued_from") == "state":
+        return "training state"
+    return "served weights"
+
+
 def _history_link(record: dict) -> str:
     """A link to the history section of a decision, named by its heading's first words."""
     section = record["item"]["section"]
@@ -682,11 +693,13 @@ TABLES = (
                                  DEFAULT_BUDGET.before)]),)),
     Table("long-sentences", LONG_COLUMNS,
           (Row("long_sentences_*.json", LONG_CELLS, items=_named_models),)),
-    Table("warm-chain-runs", ("arm", "run", "budget min", "model", "its steps", "steps in all",
-                              "dev BLEU", "dev chrF", "machine", "commit", "result file"),
+    Table("warm-chain-runs", ("arm", "run", "budget min", "started from", "model", "its steps",
+                              "steps in all", "dev BLEU", "dev chrF", "machine", "commit",
+                              "result file"),
           (Row("warm_chain_*.json", (
               "{item[arm]}", "{item[run]}",
               lambda r: f"{r['item']['minutes']:g}" if r["item"].get("minutes") else "–",
+              _started_from,
               "{item[model_shape][num_layers]} encoder layers, d_model "
               "{item[model_shape][d_model]}", "{item[train_steps]:,}",
               "{item[total_train_steps]:,}", "{item[dev_bleu]:.2f}", "{item[dev_chrf]:.2f}",

@@ -7,7 +7,7 @@
 
 Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --work):
   chain_3x10          three runs of 1 unit, each warm-started from the one before (from its
-                      training state before the cooldown; before 2026-12-01, from its served
+                      training state before the cooldown; before 6497868, from its served
                       weights: the commit column tells them apart)
   chain_3x10_served   the same with `--hparam continued_from=served`: each continued run
                       starts from the served weights with empty optimizer moments
@@ -169,6 +169,7 @@ def train(run: dict, fra_txt: str) -> dict:
     return {"model": model, "run_minutes": round((time.monotonic() - started) / 60, 2),
             "train_steps": record.train_steps, "total_train_steps": record.total_train_steps,
             "schedule_steps": record.schedule_steps,
+            "continued_from": record.hparams.get("continued_from", "served"),
             "model_shape": {k: record.hparams[k] for k in ("num_layers", "d_model", "dff")}}
 
 
