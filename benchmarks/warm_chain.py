@@ -62,6 +62,8 @@ COMPARISONS = (
      ("chain_3x10_served", 2), ("fresh_30", 0)),
     ("chain of 3 x 1 unit from the training state against the served weights",
      ("chain_3x10", 2), ("chain_3x10_served", 2)),
+    ("chain of 3 x 1 unit, its tails sized by all the steps behind, against 3 units from "
+     "scratch (fresh_30)", ("chain_3x10_total_tail", 2), ("fresh_30", 0)),
     ("chain of 2 x 3 units against 3 units from scratch", ("chain_2x30", 1), ("chain_2x30", 0)),
     ("chain of 2 x 3 units against 6 units from scratch", ("chain_2x30", 1), ("fresh_60", 0)),
     ("chain of 3 x 1 unit warming up again, against the continued schedule",
