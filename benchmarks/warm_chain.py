@@ -14,9 +14,10 @@ Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --wo
   fresh_30            one run of 3 units from scratch (chain_2x30's first run, alone)
   chain_3x10_restart  the same with `--hparam continued_schedule=restart`: each continued run
                       warms up to the peak again, as a fresh run does (the learning-rate choice)
-  chain_3x10_total_tail  the same with `--hparam continued_tail=total`: each continued run's
-                      cooldown and weight average span their fractions of all the steps behind
-                      it, as one long run's would (the last run's tail)
+  chain_3x10_total_tail  the same with `--hparam continued_tail=total` (the default since
+                      this arm's second measurement): each continued run's cooldown and weight
+                      average span their fractions of all the steps behind it, as one long
+                      run's would (the last run's tail)
   chain_2x30          two runs of 3 units; its first run is "fresh 30", the second continues it
   chain_3x_steps      three runs of a third of "fresh 30"'s steps each (`--train-steps`, no
                       budget), each warm-started from the one before: the chain's schedule

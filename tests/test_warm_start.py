@@ -63,7 +63,7 @@ def test_a_total_tail_cools_a_continued_run_down_as_long_as_one_long_run_would()
     """continued_tail "total": the cooldown and the weight average span their fractions of all
     the steps behind the model and this run's, at most this run's; "run": of this run's."""
     hparams = dataclasses.replace(hparams_lib.get_profile("cpu"), train_steps=1000,
-                                  cooldown_fraction=0.2)
+                                  cooldown_fraction=0.2, continued_tail="run")
     own = learning_rate_schedule(hparams, steps_before=1500)
     total = learning_rate_schedule(dataclasses.replace(hparams, continued_tail="total"),
                                    steps_before=1500)

@@ -58,11 +58,13 @@ class HParams:
     # rate where the base's training left it, after a short rise; "restart" warms up to the
     # peak again as a fresh run does (kept to measure the choice: BENCHMARKS.md, warm starts).
     continued_schedule: str = "continue"
-    # A warm-started run's cooldown and weight average: "run" spans cooldown_fraction and
-    # average_fraction of its own steps, as a fresh run's; "total" those fractions of all the
-    # steps behind its model and its own (at most its own), so the last run of a chain ends as
-    # one long run would (kept to measure the choice: BENCHMARKS.md, warm starts).
-    continued_tail: str = "run"
+    # A warm-started run's cooldown and weight average: "total" spans cooldown_fraction and
+    # average_fraction of all the steps of the schedule behind its model and its own (at most
+    # its own), so that the last run of a chain ends as one long run would; "run" spans those
+    # of its own steps only. "total" scored higher in both chains that measured it, each time
+    # within about one bootstrap sd (BENCHMARKS.md, "A schedule that builds on the served
+    # model").
+    continued_tail: str = "total"
     # What a warm-started run starts from: "state", the base's weights and optimizer moments
     # from where its cooldown began (settings.TRAINING_STATE), so that a chain of runs follows
     # one long run's schedule; "served", the served weights (cooled down and averaged) with

@@ -248,7 +248,7 @@ def learning_rate_schedule(hparams: HParams, train_steps: int | tf.Variable | No
                                hparams.cooldown_fraction, step_offset=continued,
                                rewarm_steps=rewarm_steps(hparams) if continued and not moments
                                else 0,
-                               tail_before=hparams.tail_steps_before(steps_before))
+                               tail_before=hparams.tail_steps_before(continued))
 
 
 def make_optimizer(hparams: HParams, train_steps: int | tf.Variable | None = None,

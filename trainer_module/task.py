@@ -166,11 +166,13 @@ def run_fn(fn_args: FnArgs) -> None:
         profile = warm_start.continued_hparams(base, profile, {})
     steps_before = base.total_train_steps if base else 0
     # The base's training state, if it has one and the recipe goes on from it; otherwise the
-    # served weights, whose schedule continues from all the steps behind them.
-    from_state = bool(base) and hparams.continued_from == "state" and \
-        hparams.continued_schedule == "continue" and \
+    # served weights, whose schedule continues from all the steps behind them, or starts anew
+    # (continued_schedule "restart").
+    continued = bool(base) and hparams.continued_schedule == "continue"
+    from_state = continued and hparams.continued_from == "state" and \
         warm_start.has_training_state(base, fn_args.base_model)
-    schedule_before = base.schedule_steps if from_state else steps_before
+    schedule_before = 0 if not continued else \
+        base.schedule_steps if from_state else steps_before
     strategy = devices.choose_strategy()
     chief = devices.writes_results(strategy)
     # Keyed before the plan, so that a re-run finds it and the plan kept there.
@@ -278,8 +280,7 @@ def run_fn(fn_args: FnArgs) -> None:
         total_train_steps=steps_before + hparams.train_steps, transform=settings.transform,
         machine=machine, auto_precision=hparams.precision
         if overrides.get("precision", profile.precision) == "auto" else "",
-        schedule_steps=(schedule_before if hparams.continued_schedule == "continue" else 0)
-        + state_step if state_step else 0))
+        schedule_steps=schedule_before + state_step if state_step else 0))
     for name, payload in ((HISTORY_FILE, callbacks.load_history(history_path)),
                           (HPARAMS_FILE, dataclasses.asdict(hparams))):
         with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, name), "w") as f:
