@@ -10,7 +10,9 @@ Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --wo
                       training state before the cooldown; before 6497868, from its served
                       weights: the commit column tells them apart)
   chain_3x10_served   the same with `--hparam continued_from=served`: each continued run
-                      starts from the served weights with empty optimizer moments
+                      starts from the served weights with empty optimizer moments (and the
+                      total tail, the default since 5df4f86: compare with
+                      chain_3x10_total_tail)
   fresh_30            one run of 3 units from scratch (chain_2x30's first run, alone)
   chain_3x10_restart  the same with `--hparam continued_schedule=restart`: each continued run
                       warms up to the peak again, as a fresh run does (the learning-rate choice)
@@ -61,8 +63,8 @@ COMPARISONS = (
      ("fresh_30", 0)),
     ("chain of 3 x 1 unit from the served weights against 3 units from scratch",
      ("chain_3x10_served", 2), ("fresh_30", 0)),
-    ("chain of 3 x 1 unit from the training state against the served weights",
-     ("chain_3x10", 2), ("chain_3x10_served", 2)),
+    ("chain of 3 x 1 unit, total tails, from the training state against the served weights",
+     ("chain_3x10_total_tail", 2), ("chain_3x10_served", 2)),
     ("chain of 3 x 1 unit, its tails sized by all the steps behind, against 3 units from "
      "scratch (fresh_30)", ("chain_3x10_total_tail", 2), ("fresh_30", 0)),
     ("chain of 2 x 3 units against 3 units from scratch", ("chain_2x30", 1), ("chain_2x30", 0)),
