@@ -236,7 +236,8 @@ def run_fn(data_dir: str, args_json: str, weights_out: str) -> None:
 
     built = []
     build = task.build_keras_model
-    task.build_keras_model = lambda *args: built.append(build(*args)) or built[-1]
+    task.build_keras_model = lambda *args, **kwargs: built.append(
+        build(*args, **kwargs)) or built[-1]
     task.run_fn(fn_args(data_dir, **json.loads(args_json)))
     weights = built[-1].get_weights()  # the trained model (a probe's would come first)
     digest = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in weights))

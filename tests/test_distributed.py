@@ -25,6 +25,7 @@ import pytest
 
 from conftest import REPO
 from helpers import kill_on_log_line
+from trainer_module import callbacks, task
 
 pytestmark = pytest.mark.distributed
 
@@ -206,7 +207,7 @@ def multi_worker(data_dir, tmp_path_factory) -> dict:
         with open(os.path.join(root, f"weights-{index}.json")) as f:
             weights.append(json.load(f))
     checkpoint_dirs = [d for d, _, files in os.walk(os.path.join(root, "checkpoints"))
-                       if "checkpoint" in files]
+                       if "checkpoint" in files and os.path.basename(d) != task.STATE_DIR]
     with open(os.path.join(checkpoint_dirs[0], "history.json")) as f:
         history = json.load(f)
     return {"root": root, "killed_log": killed_log, "killed_export": killed_export,
@@ -228,6 +229,8 @@ def test_multi_worker_workers_agree_and_one_copy_is_written(multi_worker):
     # One checkpoint series, no worker's temporary directory left behind.
     [directory] = multi_worker["checkpoint_dirs"]
     assert not [d for d in os.listdir(directory) if d.startswith(".")]
+    # and the chief's training state for a later warm start (every worker saved it)
+    assert callbacks.saved_state_step(os.path.join(directory, task.STATE_DIR)) > 0
     assert os.path.exists(os.path.join(multi_worker["root"], "serving-0", "saved_model.pb"))
     assert not os.path.exists(os.path.join(multi_worker["root"], "serving-1"))
     assert os.path.exists(os.path.join(multi_worker["root"], "run-0", "hparams.json"))

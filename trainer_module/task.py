@@ -33,7 +33,7 @@ from transform_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGE
 
 _LOG = logging.getLogger(__name__)
 _UNBOUNDED_STEPS = 10**9
-_STATE_DIR = "training_state"  # in the checkpoint directory: callbacks.TrainingState's
+STATE_DIR = "training_state"  # in the checkpoint directory: callbacks.TrainingState's
 
 
 def _hparams(settings: TrainerSettings, train_steps: int,
@@ -226,7 +226,7 @@ def run_fn(fn_args: FnArgs) -> None:
             checkpoint_dir, f".{devices.worker_name(strategy)}-temp")
         manager = tf.train.CheckpointManager(
             checkpoint, write_dir, max_to_keep=(hparams.keep_checkpoints or None) if chief else 1)
-        state_dir = os.path.join(write_dir, _STATE_DIR)
+        state_dir = os.path.join(write_dir, STATE_DIR)
         training_state = callbacks.TrainingState(
             tf.train.Checkpoint(model=model, optimizer=model.optimizer), state_dir, final_step,
             hparams.cooldown_fraction, hparams.tail_steps_before(schedule_before), keep=chief)
