@@ -127,9 +127,9 @@ def test_the_training_state_is_saved_where_the_cooldown_begins_and_restored_with
     record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: seen.update(
         {int(model.optimizer.iterations.numpy()): (
             model.get_weights(), [v.numpy() for v in model.optimizer.variables[1:]])}))
-    state = callbacks.TrainingState(
-        tf.train.Checkpoint(model=model, optimizer=model.optimizer),
-        str(tmp_path / TRAINING_STATE), tf.Variable(20, dtype=tf.int64), 0.25)
+    state = callbacks.TrainingState(training.training_state(model),
+                                    str(tmp_path / TRAINING_STATE),
+                                    tf.Variable(20, dtype=tf.int64), 0.25)
     assert state.fork_step() == 15
     _fit(model, 20, [record, state])
     assert callbacks.saved_state_step(str(tmp_path / TRAINING_STATE)) == 15

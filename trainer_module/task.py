@@ -20,12 +20,14 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 from tfx.components.trainer.fn_args_utils import FnArgs
+from tfx.utils import io_utils
 
 from trainer_module import (budget, callbacks, devices, export, hparams as hparams_lib,
                             warm_start)
 from trainer_module.input_pipeline import make_dataset, validation_dataset
 from trainer_module.model import Transformer
-from trainer_module.settings import HISTORY_FILE, HPARAMS_FILE, TrainerSettings
+from trainer_module.settings import (HISTORY_FILE, HPARAMS_FILE, TRAINING_STATE,
+                                     TrainerSettings)
 from trainer_module.optimization import (GlobalTokenMeanLoss, MaskedAccuracy, Perplexity,
                                          make_optimizer, rewarm_steps)
 from transform_module.preprocessing import (RESERVED_TOKENS, SOURCE_VOCAB, TARGET_VOCAB,
@@ -228,7 +230,7 @@ def run_fn(fn_args: FnArgs) -> None:
             checkpoint, write_dir, max_to_keep=(hparams.keep_checkpoints or None) if chief else 1)
         state_dir = os.path.join(write_dir, STATE_DIR)
         training_state = callbacks.TrainingState(
-            tf.train.Checkpoint(model=model, optimizer=model.optimizer), state_dir, final_step,
+            warm_start.training_state(model), state_dir, final_step,
             hparams.cooldown_fraction, hparams.tail_steps_before(schedule_before), keep=chief)
     step = int(model.optimizer.iterations.numpy())
     time_budget = budget.TimeBudget(
@@ -273,8 +275,8 @@ def run_fn(fn_args: FnArgs) -> None:
     export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
                              fn_args.serving_model_dir)
     state_step = callbacks.saved_state_step(state_dir)
-    if state_step:
-        warm_start.ship_training_state(state_dir, fn_args.serving_model_dir)
+    if state_step:  # shipped with the export, for a warm start from it
+        io_utils.copy_dir(state_dir, os.path.join(fn_args.serving_model_dir, TRAINING_STATE))
     warm_start.write_record(fn_args.serving_model_dir, warm_start.TrainingRecord(
         hparams=dataclasses.asdict(hparams), train_steps=hparams.train_steps,
         total_train_steps=steps_before + hparams.train_steps, transform=settings.transform,

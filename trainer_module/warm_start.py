@@ -167,6 +167,12 @@ def has_training_state(base: TrainingRecord, model_dir: str) -> bool:
         os.path.join(model_dir, TRAINING_STATE)) is not None
 
 
+def training_state(model: keras.Model) -> tf.train.Checkpoint:
+    """What a training state holds, saved (callbacks.TrainingState) and restored alike: the
+    model's weights and its optimizer (moments, step count, moving average if any)."""
+    return tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+
+
 def restore_training_state(model: keras.Model, model_dir: str) -> None:
     """Sets `model`'s weights and its optimizer's moments to the training state saved in
     `model_dir` (same architecture and optimizer), and the optimizer's step count to 0: this
@@ -174,21 +180,11 @@ def restore_training_state(model: keras.Model, model_dir: str) -> None:
     (TrainingRecord.schedule_steps). Adam's bias correction restarts with the count: over
     its first ~200 steps it scales the updates by 0.66-1.41 (beta_1 0.9, beta_2 0.98), where a
     run with empty moments rises from zero."""
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     path = tf.train.latest_checkpoint(os.path.join(model_dir, TRAINING_STATE))
     try:
-        checkpoint.restore(path).assert_existing_objects_matched()
+        training_state(model).restore(path).assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         raise WarmStartError(f"The training state saved with {model_dir} does not fit this "
                              f"model ({str(error).splitlines()[0]}); train with --hparam "
                              "continued_from=served, or without --warm-start.") from error
     model.optimizer.iterations.assign(0)
-
-
-def ship_training_state(state_dir: str, export_dir: str) -> None:
-    """Copies the checkpoint TrainingState saved in `state_dir` into the export."""
-    target = os.path.join(export_dir, TRAINING_STATE)
-    tf.io.gfile.makedirs(target)
-    for name in tf.io.gfile.listdir(state_dir):
-        tf.io.gfile.copy(os.path.join(state_dir, name), os.path.join(target, name),
-                         overwrite=True)
