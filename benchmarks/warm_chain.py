@@ -13,7 +13,13 @@ Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --wo
                       starts from the served weights with empty optimizer moments (and the
                       total tail, the default since 5df4f86: compare with
                       chain_3x10_total_tail)
+  chain_3x10_reseeded the same, each continued run drawing its own order of the training
+                      pairs (its seed moved on by the steps behind it, the default from this
+                      arm on), where chain_3x10 and chain_3x10_total_tail replayed their
+                      first run's
   fresh_30            one run of 3 units from scratch (chain_2x30's first run, alone)
+  fresh_30_seed_1     the same with `--hparam seed=1` (another order of the training pairs and
+                      initialization): fresh_30 against it is the noise of training itself
   chain_3x10_restart  the same with `--hparam continued_schedule=restart`: each continued run
                       warms up to the peak again, as a fresh run does (the learning-rate choice)
   chain_3x10_total_tail  the same with `--hparam continued_tail=total` (the default since
@@ -55,7 +61,8 @@ from benchmarks.paired import paired_bootstrap, read_lines
 
 SERVING = os.path.join("serving", "nmt-fra-eng")
 ARMS = ("chain_3x10", "chain_2x30", "chain_3x10_restart", "chain_3x10_total_tail", "fresh_60",
-        "spans", "chain_3x_steps", "spans_two", "chain_3x10_served", "fresh_30")
+        "spans", "chain_3x_steps", "spans_two", "chain_3x10_served", "fresh_30",
+        "chain_3x10_reseeded", "fresh_30_seed_1")
 # (arm, run index) pairs compared: candidate against baseline.
 COMPARISONS = (
     ("chain of 3 x 1 unit against 3 units from scratch", ("chain_3x10", 2), ("chain_2x30", 0)),
@@ -67,6 +74,16 @@ COMPARISONS = (
      ("chain_3x10_total_tail", 2), ("chain_3x10_served", 2)),
     ("chain of 3 x 1 unit, its tails sized by all the steps behind, against 3 units from "
      "scratch (fresh_30)", ("chain_3x10_total_tail", 2), ("fresh_30", 0)),
+    ("chain of 3 x 1 unit, each run its own data order, against 3 units from scratch "
+     "(fresh_30)", ("chain_3x10_reseeded", 2), ("fresh_30", 0)),
+    ("chain of 3 x 1 unit, each run its own data order, against 3 units from scratch, "
+     "seed 1", ("chain_3x10_reseeded", 2), ("fresh_30_seed_1", 0)),
+    ("chain of 3 x 1 unit, total tails, against 3 units from scratch, seed 1",
+     ("chain_3x10_total_tail", 2), ("fresh_30_seed_1", 0)),
+    ("chain of 3 x 1 unit, each run its own data order, against the chain replaying its "
+     "first run's", ("chain_3x10_reseeded", 2), ("chain_3x10_total_tail", 2)),
+    ("3 units from scratch, seed 1 against seed 0: the noise of training",
+     ("fresh_30_seed_1", 0), ("fresh_30", 0)),
     ("chain of 2 x 3 units against 3 units from scratch", ("chain_2x30", 1), ("chain_2x30", 0)),
     ("chain of 2 x 3 units against 6 units from scratch", ("chain_2x30", 1), ("fresh_60", 0)),
     ("chain of 3 x 1 unit warming up again, against the continued schedule",
@@ -102,8 +119,12 @@ def runs_of(arm: str, unit: float, work: str) -> list[dict]:
     if arm == "chain_3x10_served":
         return [{"minutes": unit, "root": root,
                  "flags": ["--hparam", "continued_from=served"]}] * 3
+    if arm == "chain_3x10_reseeded":
+        return [{"minutes": unit, "root": root}] * 3
     if arm == "fresh_30":
         return [{"minutes": 3 * unit, "root": root}]
+    if arm == "fresh_30_seed_1":
+        return [{"minutes": 3 * unit, "root": root, "flags": ["--hparam", "seed=1"]}]
     if arm == "fresh_60":
         return [{"minutes": 6 * unit, "root": root}]
     if arm == "chain_3x_steps":

@@ -171,6 +171,8 @@ def test_the_base_fixes_the_shape_and_recipe_and_the_run_its_length():
     assert continued.source_vocab_size == 90
     assert (continued.train_minutes, continued.precision) == (10.0, run.precision)
     assert continued.beam_width == 3 and not continued.adapt_recipe
+    # A new order of the training pairs, not a replay of the base's first batches.
+    assert continued.seed == _record().hparams["seed"] + 100
     with pytest.raises(training.WarmStartError, match=r"d_model=64 \(the base has 32\)"):
         training.continued_hparams(_record(), run, {"d_model": 64})
 

@@ -113,15 +113,20 @@ def continued_hparams(base: TrainingRecord, run: hparams_lib.HParams,
                       overrides: dict[str, Any]) -> hparams_lib.HParams:
     """The base's recipe with this run's length and what depends on its machine
     (`_DECIDED_PER_RUN`), the user's overrides winning, except over the architecture, which
-    the base's weights fix."""
+    the base's weights fix.
+
+    The shuffling seed moves on by the steps behind the base: with the base's seed the run
+    would replay the base's order of the training pairs from its first batch, where a run
+    from scratch as long as the chain goes on to new orders."""
     changed = shape_changes(base, overrides)
     if changed:
         raise WarmStartError(f"{changed}; drop it, or train without --warm-start.")
     known = {field.name for field in dataclasses.fields(hparams_lib.HParams)}
     kept = {name: value for name, value in base.hparams.items()
             if name in known and name not in _DECIDED_PER_RUN}
-    return dataclasses.replace(dataclasses.replace(run, **kept), adapt_recipe=False,
-                               **{k: v for k, v in overrides.items() if k != "precision"})
+    continued = dataclasses.replace(dataclasses.replace(run, **kept), adapt_recipe=False,
+                                    **{k: v for k, v in overrides.items() if k != "precision"})
+    return dataclasses.replace(continued, seed=continued.seed + base.total_train_steps)
 
 
 def known_precision(base: TrainingRecord, machine: dict[str, Any]) -> str | None:
