@@ -256,11 +256,12 @@ def _chain_runs(record: dict) -> list[dict]:
 
 def _started_from(record: dict) -> str:
     """What a chain's run started from: nothing, its base's training state or its served
-    weights (all runs before training states existed; their results lack schedule_steps)."""
+    weights (all runs before training states existed; their results lack schedule_steps).
+    The first state chains' results lack continued_from: the state was all they could use."""
     run = record["item"]
     if run["total_train_steps"] == run["train_steps"]:
         return "scratch"
-    if "schedule_steps" in run and run.get("continued_from") == "state":
+    if "schedule_steps" in run and run.get("continued_from", "state") == "state":
         return "training state"
     return "served weights"
 
