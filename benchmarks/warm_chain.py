@@ -17,9 +17,12 @@ Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --wo
                       pairs (its seed moved on by the steps behind it, the default from this
                       arm on), where chain_3x10 and chain_3x10_total_tail replayed their
                       first run's
+  chain_3x10_reseeded_seed_1  the same with `--hparam seed=1` in every run: a second chain,
+                      whose first run reads the pairs in fresh_30_seed_1's order
   fresh_30            one run of 3 units from scratch (chain_2x30's first run, alone)
-  fresh_30_seed_1     the same with `--hparam seed=1` (another order of the training pairs and
-                      initialization): fresh_30 against it is the noise of training itself
+  fresh_30_seed_1     the same with `--hparam seed=1` (another order of the training pairs;
+                      the initialization is random in every run): fresh_30 against it is the
+                      noise of training itself
   chain_3x10_restart  the same with `--hparam continued_schedule=restart`: each continued run
                       warms up to the peak again, as a fresh run does (the learning-rate choice)
   chain_3x10_total_tail  the same with `--hparam continued_tail=total` (the default since
@@ -62,7 +65,7 @@ from benchmarks.paired import paired_bootstrap, read_lines
 SERVING = os.path.join("serving", "nmt-fra-eng")
 ARMS = ("chain_3x10", "chain_2x30", "chain_3x10_restart", "chain_3x10_total_tail", "fresh_60",
         "spans", "chain_3x_steps", "spans_two", "chain_3x10_served", "fresh_30",
-        "chain_3x10_reseeded", "fresh_30_seed_1")
+        "chain_3x10_reseeded", "fresh_30_seed_1", "chain_3x10_reseeded_seed_1")
 # (arm, run index) pairs compared: candidate against baseline.
 COMPARISONS = (
     ("chain of 3 x 1 unit against 3 units from scratch", ("chain_3x10", 2), ("chain_2x30", 0)),
@@ -78,6 +81,10 @@ COMPARISONS = (
      "(fresh_30)", ("chain_3x10_reseeded", 2), ("fresh_30", 0)),
     ("chain of 3 x 1 unit, each run its own data order, against 3 units from scratch, "
      "seed 1", ("chain_3x10_reseeded", 2), ("fresh_30_seed_1", 0)),
+    ("chain of 3 x 1 unit, each run its own data order, seed 1, against 3 units from "
+     "scratch, seed 1", ("chain_3x10_reseeded_seed_1", 2), ("fresh_30_seed_1", 0)),
+    ("chain of 3 x 1 unit, each run its own data order, seed 1, against 3 units from "
+     "scratch (fresh_30)", ("chain_3x10_reseeded_seed_1", 2), ("fresh_30", 0)),
     ("chain of 3 x 1 unit, total tails, against 3 units from scratch, seed 1",
      ("chain_3x10_total_tail", 2), ("fresh_30_seed_1", 0)),
     ("chain of 3 x 1 unit, each run its own data order, against the chain replaying its "
@@ -121,6 +128,8 @@ def runs_of(arm: str, unit: float, work: str) -> list[dict]:
                  "flags": ["--hparam", "continued_from=served"]}] * 3
     if arm == "chain_3x10_reseeded":
         return [{"minutes": unit, "root": root}] * 3
+    if arm == "chain_3x10_reseeded_seed_1":
+        return [{"minutes": unit, "root": root, "flags": ["--hparam", "seed=1"]}] * 3
     if arm == "fresh_30":
         return [{"minutes": 3 * unit, "root": root}]
     if arm == "fresh_30_seed_1":

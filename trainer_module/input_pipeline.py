@@ -41,6 +41,9 @@ _RESAMPLE_BATCH = 256  # pairs cut into pieces anew at once (resample_pieces)
 _SAMPLED_SEGMENTATIONS = 64
 _EVAL_SHUFFLE_PAIRS = 100_000  # more than the eval split has: the sample spans all of it
 VALIDATION_PAIRS = 2_000  # the fixed random sample of the eval split behind "validation loss"
+# Its seed: not hparams.seed, which a warm start moves on, so runs of a chain report losses on
+# the same sample.
+_VALIDATION_SEED = 0
 # Padded lengths of the buckets; batches hold ~batch_tokens tokens whatever the bucket.
 BUCKET_BOUNDARIES = (8, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256)
 
@@ -298,11 +301,11 @@ def validation_dataset(file_pattern: str | Sequence[str],
     """A fixed random sample of the eval split's pairs, batched like training, in memory.
 
     Sampled over the whole split (the files are sorted by length, so their first pairs are the
-    shortest); the same sample every epoch, so validation losses compare across checkpoints.
-    Every worker evaluates all of it (auto-sharding off).
+    shortest); the same sample every epoch and run, so validation losses compare across
+    checkpoints and the runs of a chain. Every worker evaluates all of it (auto-sharding off).
     """
     pairs = (read_pairs(file_pattern, tf_transform_output, hparams)
-             .shuffle(_EVAL_SHUFFLE_PAIRS, seed=hparams.seed, reshuffle_each_iteration=False)
+             .shuffle(_EVAL_SHUFFLE_PAIRS, seed=_VALIDATION_SEED, reshuffle_each_iteration=False)
              .take(num_pairs))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
