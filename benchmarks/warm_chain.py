@@ -21,8 +21,10 @@ Arms (`--unit` minutes, 10 by default; each arm its own pipeline root under --wo
                       whose first run reads the pairs in fresh_30_seed_1's order
   fresh_30            one run of 3 units from scratch (chain_2x30's first run, alone)
   fresh_30_seed_1     the same with `--hparam seed=1` (another order of the training pairs;
-                      the initialization is random in every run): fresh_30 against it is the
-                      noise of training itself
+                      the initialization is random in every run). Its budget chooses its size
+                      anew: where the probe finds a deeper model affordable, it trains that
+                      (the model column), and fresh_30 against it is no longer the noise of
+                      training alone
   chain_3x10_restart  the same with `--hparam continued_schedule=restart`: each continued run
                       warms up to the peak again, as a fresh run does (the learning-rate choice)
   chain_3x10_total_tail  the same with `--hparam continued_tail=total` (the default since
@@ -79,18 +81,17 @@ COMPARISONS = (
      "scratch (fresh_30)", ("chain_3x10_total_tail", 2), ("fresh_30", 0)),
     ("chain of 3 x 1 unit, each run its own data order, against 3 units from scratch "
      "(fresh_30)", ("chain_3x10_reseeded", 2), ("fresh_30", 0)),
-    ("chain of 3 x 1 unit, each run its own data order, against 3 units from scratch, "
-     "seed 1", ("chain_3x10_reseeded", 2), ("fresh_30_seed_1", 0)),
-    ("chain of 3 x 1 unit, each run its own data order, seed 1, against 3 units from "
-     "scratch, seed 1", ("chain_3x10_reseeded_seed_1", 2), ("fresh_30_seed_1", 0)),
     ("chain of 3 x 1 unit, each run its own data order, seed 1, against 3 units from "
      "scratch (fresh_30)", ("chain_3x10_reseeded_seed_1", 2), ("fresh_30", 0)),
-    ("chain of 3 x 1 unit, total tails, against 3 units from scratch, seed 1",
-     ("chain_3x10_total_tail", 2), ("fresh_30_seed_1", 0)),
     ("chain of 3 x 1 unit, each run its own data order, against the chain replaying its "
      "first run's", ("chain_3x10_reseeded", 2), ("chain_3x10_total_tail", 2)),
-    ("3 units from scratch, seed 1 against seed 0: the noise of training",
+    ("3 units from scratch, seed 1, at the size its budget chose, against fresh_30",
      ("fresh_30_seed_1", 0), ("fresh_30", 0)),
+    ("chain of 3 x 1 unit, each run its own data order, against 3 units from scratch, "
+     "seed 1, at the size its budget chose", ("chain_3x10_reseeded", 2), ("fresh_30_seed_1", 0)),
+    ("chain of 3 x 1 unit, each run its own data order, seed 1, against 3 units from "
+     "scratch, seed 1, at the size its budget chose", ("chain_3x10_reseeded_seed_1", 2),
+     ("fresh_30_seed_1", 0)),
     ("chain of 2 x 3 units against 3 units from scratch", ("chain_2x30", 1), ("chain_2x30", 0)),
     ("chain of 2 x 3 units against 6 units from scratch", ("chain_2x30", 1), ("fresh_60", 0)),
     ("chain of 3 x 1 unit warming up again, against the continued schedule",

@@ -109,3 +109,25 @@ def test_an_epoch_re_reads_every_pair_when_the_cache_budget_is_too_small(split, 
     for epoch in (first, second):
         assert collections.Counter((tuple(s), tuple(t)) for s, t in epoch) == whole
     assert [tuple(s) for s, _ in first] != [tuple(s) for s, _ in second]  # new file order
+
+
+def test_the_seed_moves_the_training_order_but_not_the_validation_sample(split):
+    """A warm start moves hparams.seed on (warm_start.continued_hparams) so that it does not
+    replay its base's batches; the validation sample stays the same pairs, so the runs of a
+    chain report comparable losses."""
+    pattern, output = split
+    small = dataclasses.replace(HPARAMS, batch_tokens=64)
+    one, two = (dataclasses.replace(small, seed=seed) for seed in (0, 1))
+
+    def first_batches(hparams):
+        return [labels.numpy().tolist() for _, labels in
+                input_pipeline.make_dataset(pattern, output, hparams, training=True).take(3)]
+
+    assert first_batches(one) != first_batches(two)
+    assert first_batches(one) == first_batches(one)  # the seed alone decides it
+
+    def validation(hparams):
+        return sorted(tuple(row) for _, labels in input_pipeline.validation_dataset(
+            pattern, output, hparams, num_pairs=50) for row in labels.numpy().tolist())
+
+    assert validation(one) == validation(two)
