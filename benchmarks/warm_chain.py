@@ -114,7 +114,7 @@ COMPARISONS = (
 def runs_of(arm: str, unit: float, work: str) -> list[dict]:
     """The runs of an arm, in order: minutes, data, extra flags, pipeline root."""
     root = os.path.join(work, arm)
-    if arm == "chain_3x10":
+    if arm in ("chain_3x10", "chain_3x10_reseeded"):  # the code's defaults: the commit differs
         return [{"minutes": unit, "root": root}] * 3
     if arm == "chain_3x10_restart":
         return [{"minutes": unit, "root": root,
@@ -127,8 +127,6 @@ def runs_of(arm: str, unit: float, work: str) -> list[dict]:
     if arm == "chain_3x10_served":
         return [{"minutes": unit, "root": root,
                  "flags": ["--hparam", "continued_from=served"]}] * 3
-    if arm == "chain_3x10_reseeded":
-        return [{"minutes": unit, "root": root}] * 3
     if arm == "chain_3x10_reseeded_seed_1":
         return [{"minutes": unit, "root": root, "flags": ["--hparam", "seed=1"]}] * 3
     if arm == "fresh_30":

@@ -103,7 +103,9 @@ class HParams:
     # Shuffle buffer in pairs. fra.txt (and so ExampleGen's output) is sorted by length: a
     # buffer smaller than the ~133k training pairs makes each pass run from short to long.
     shuffle_pairs: int = 50_000
-    seed: int = 0  # shuffling: the same on every worker (their shards are disjoint anyway)
+    # Shuffling: the same on every worker (their shards are disjoint anyway); a warm start
+    # moves it on by the steps behind its base (warm_start.continued_hparams).
+    seed: int = 0
     # In this fraction of windows of max_pairs_joined shuffled training pairs, 2 to
     # max_pairs_joined of them are joined end to end into one example
     # (input_pipeline.join_pairs): fra.txt's pairs are single short sentences, and a model
