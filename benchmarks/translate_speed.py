@@ -12,6 +12,9 @@ a changed export. Each result records `decoding_code`, the fingerprint of the co
 (DECODING_CODE), and tests/test_benchmarks_import.py fails until some result matches the
 checkout's: a change to that code is not done until its decoding speed is measured.
 
+With --side-by-side, the process is set up as `nmt translate` sets up its own
+(`translate.serve_side_by_side`: one thread per op) and sends as many requests at once as it
+has cores, as concurrent clients of a model server set that way would.
 With --batch-one-lines, also one sentence per request; with --reference, `nmt evaluate` on
 the whole source; with --peak-memory-lines, each model's serving process's peak memory. Every
 model after the first is compared with it line by line (its outputs that differ).
@@ -124,7 +127,8 @@ def peak_memory_mb(model_dir: str, source: str, lines: int) -> float:
 
 
 def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_lines: int = 0,
-            source: str | None = None, reference: str | None = None) -> dict:
+            source: str | None = None, reference: str | None = None,
+            requests_at_once: int = 1) -> dict:
     variants = {model_dir: _variants(model_dir, bool(batch_one_lines)) for model_dir in model_dirs}
     seconds = {(m, name): [] for m in model_dirs for name in variants[m]}
     first_request = {key: [] for key in seconds}
@@ -136,7 +140,7 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_
             clock = {}
             outputs[model_dir, name] = translate.translate(
                 lines, model_dir, beam, by_length=by_length, batch_size=batch_size,
-                progress=lambda done: clock.setdefault(done, time.perf_counter()))
+                requests_at_once=requests_at_once, progress=lambda done: clock.setdefault(done, time.perf_counter()))
             # The first request excluded: TensorFlow optimizes a loaded signature's graph at
             # its first call (a server does that once, before its first user; first_request).
             first_done = min(done for done in clock if done)
@@ -163,6 +167,7 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_
 
     result = {"decoding_code": decoding_code_fingerprint(), "sentences": len(sentences),
               "rounds": rounds, "batch_size": REQUEST_BATCH,
+              "requests_at_once": requests_at_once,
               "models": {m: {name: figures_of(m, name) for name in variants[m]}
                          for m in model_dirs}}
     if reference:
@@ -190,14 +195,17 @@ def main() -> None:
     parser.add_argument("--peak-memory-lines", type=int, default=0,
                         help="also measure each model's serving process's peak memory, "
                         "translating the first N lines in a process of its own (0: not)")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="one thread per op, and a request per core at once")
     parser.add_argument("--output", default="translate_speed.json",
                         help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
+    requests_at_once = translate.serve_side_by_side() if args.side_by_side else 1
     with open(args.source, encoding="utf-8") as f:
         sentences = f.read().splitlines()[:args.lines or None]
     model_dirs = [translate.resolve_model_dir(m) for m in args.model]
     result = measure(model_dirs, sentences, args.rounds, args.batch_one_lines, args.source,
-                     args.reference)
+                     args.reference, requests_at_once)
     if args.peak_memory_lines:
         result["peak_memory_mb"] = {m: peak_memory_mb(m, args.source, args.peak_memory_lines)
                                     for m in model_dirs}

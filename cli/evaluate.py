@@ -94,12 +94,13 @@ def evaluate_command(args: argparse.Namespace) -> int:
     from inference import evaluate
     from inference import translate  # heavy (TF): only when needed
 
+    requests_at_once = translate.serve_side_by_side()  # before TensorFlow starts
     serving_dir = args.model or config_lib.PipelineConfig(
         data_path="", pipeline_name=args.pipeline_name,
         pipeline_root=pipeline_root(args)).serving_dir
     model_dir = translate.resolve_model_dir(serving_dir)
     result = evaluate.evaluate(test_set, model_dir, args.beam, _lineage(args, model_dir),
-                               args.hypotheses)
+                               args.hypotheses, requests_at_once)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -23,6 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def translate_command(args: argparse.Namespace) -> int:
     from inference import translate  # heavy (TF): only when needed
 
+    requests_at_once = translate.serve_side_by_side()  # before TensorFlow starts
     serving_dir = args.model or config_lib.PipelineConfig(
         data_path="", pipeline_name=args.pipeline_name,
         **({"pipeline_root": args.pipeline_root} if args.pipeline_root else {})).serving_dir
@@ -32,6 +33,7 @@ def translate_command(args: argparse.Namespace) -> int:
                      for n, s in enumerate(args.sentences, start=1)]
     else:
         sentences = translate.read_stdin_lines()
-    for line in translate.translate(sentences, model_dir, args.beam):
+    for line in translate.translate(sentences, model_dir, args.beam,
+                                     requests_at_once=requests_at_once):
         print(line)
     return 0

@@ -129,8 +129,9 @@ def training_sentences(train_splits: tuple[str, ...]) -> list[str]:
 
 
 def evaluate(test_set: EvaluationSet, model_dir: str, beam: int | None, lineage: Lineage,
-             hypotheses_path: str | None = None) -> dict[str, Any]:
-    """Translates the test set, checks it against training and scores it: the --json result."""
+             hypotheses_path: str | None = None, requests_at_once: int = 1) -> dict[str, Any]:
+    """Translates the test set (`requests_at_once`: translate.translate's), checks it against
+    training and scores it: the --json result."""
     from inference import translate
 
     checked = None
@@ -140,7 +141,8 @@ def evaluate(test_set: EvaluationSet, model_dir: str, beam: int | None, lineage:
     _LOG.info("Translating %s sentences with %s.", f"{len(test_set.sources):,}",
               f"beam search (width {beam})" if beam else "greedy decoding")
     progress = Progress(len(test_set.sources))
-    hypotheses = translate.translate(test_set.sources, model_dir, beam, progress=progress)
+    hypotheses = translate.translate(test_set.sources, model_dir, beam, progress=progress,
+                                     requests_at_once=requests_at_once)
     if hypotheses_path:
         write_atomically(hypotheses_path, hypotheses)
     result: dict[str, Any] = {

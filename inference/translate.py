@@ -1,6 +1,7 @@
 """`nmt translate`: English sentences in, French out, with a pushed (or any exported) model."""
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import sys
@@ -8,9 +9,13 @@ import unicodedata
 from typing import Callable, Iterable, Iterator
 
 _LOG = logging.getLogger(__name__)
-# Sentences per request: the signature decodes a request's sentences in sub-batches of
-# export.DECODE_ROWS rows (256 greedily), which only fill when requests are that large.
+# Sentences per request, one request at a time: the signature decodes a request's sentences
+# in sub-batches of export.DECODE_ROWS rows (256 greedily), which only fill when requests are
+# that large.
 BATCH_SIZE = 256
+# Sentences per request, requests side by side (`serve_side_by_side`): smaller requests keep
+# every core busy to the end, where the longest sentences come (BENCHMARKS.md).
+SIDE_BY_SIDE_BATCH_SIZE = 64
 
 
 class TranslateError(RuntimeError):
@@ -34,6 +39,25 @@ def resolve_model_dir(path: str) -> str:
         raise TranslateError(f"No pushed model in {path}: run the pipeline first "
                              "(`nmt run`) or pass --model PATH to a SavedModel.")
     return os.path.join(path, str(versions[-1]))
+
+
+def serve_side_by_side() -> int:
+    """Sets this process's TensorFlow up as a CPU model server set for throughput: one thread
+    per op, as many ops at once as the process has cores. Requests sent side by side then each
+    run on a core of its own, where with TensorFlow's default threads each op was split over
+    all cores and two requests at once gained little (BENCHMARKS.md, "Decoding speed").
+    Returns how many requests to send at once: the cores, or 1 where TensorFlow has started
+    already, as in a process that trained (its threads are fixed then, and stay as they are).
+    """
+    import tensorflow as tf
+
+    cores = len(os.sched_getaffinity(0))
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(cores)
+    except RuntimeError:  # TensorFlow has started
+        return 1
+    return cores
 
 
 def exported_beam_width(model_dir: str) -> int:
@@ -69,13 +93,16 @@ def _batches(items: list, size: int) -> Iterator[list]:
 
 def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None = None,
               progress: Callable[[int], None] | None = None,
-              batch_size: int = BATCH_SIZE, by_length: bool = True) -> list[str]:
+              batch_size: int | None = None, by_length: bool = True,
+              requests_at_once: int = 1) -> list[str]:
     """Translates in batches; None (rejected input) gives an empty line, keeping alignment.
     `progress` is told how many sentences are done: 0 once the model is loaded, then after
-    each batch. `by_length` batches sentences of similar lengths together (the answers keep
-    the input's order): a batch decodes until its slowest sentence stops, so one long
-    sentence, or one caught repeating itself up to its length limit, holds back only
-    sentences of its own length."""
+    each batch, in order. `by_length` batches sentences of similar lengths together (the
+    answers keep the input's order): a batch decodes until its slowest sentence stops, so one
+    long sentence, or one caught repeating itself up to its length limit, holds back only
+    sentences of its own length. `requests_at_once` batches go to the model side by side,
+    from as many threads (`serve_side_by_side`); `batch_size` defaults to BATCH_SIZE, or
+    SIDE_BY_SIDE_BATCH_SIZE for requests side by side."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  registers the ops of the Transform graph
 
@@ -93,27 +120,36 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
     done = 0
     if progress:
         progress(done)
-    for batch in _batches(todo, batch_size):
-        output = signature(tf.constant([s for _, s in batch]))
-        if beam and int(output["beam_width"][0]) != beam:
-            raise TranslateError(
-                f"This model's beam search uses width {int(output['beam_width'][0])}, not "
-                f"{beam}: pass --beam {int(output['beam_width'][0])} (the width is set by the "
-                "profile's beam_width when the model is exported).")
-        # Models exported before clause splitting have no clause_tokens.
-        clauses = output.get("clause_tokens")
-        for (index, _), text, tokens, clause, limit in zip(
-                batch, output["translation"].numpy(), output["source_tokens"].numpy(),
-                (clauses if clauses is not None else output["source_tokens"]).numpy(),
-                output["max_source_tokens"].numpy()):
-            if tokens > limit:
-                truncated.append((index + 1, int(tokens), int(limit)))
-            elif clause > limit:
-                cut_between_words.append((index + 1, int(clause), int(limit)))
-            results[index] = text.decode("utf-8")
-        done += len(batch)
-        if progress:
-            progress(done)
+    if batch_size is None:
+        batch_size = BATCH_SIZE if requests_at_once <= 1 else SIDE_BY_SIDE_BATCH_SIZE
+    batches = list(_batches(todo, batch_size))
+    requests = concurrent.futures.ThreadPoolExecutor(max(requests_at_once, 1))
+    try:
+        outputs = requests.map(lambda batch: signature(tf.constant([s for _, s in batch])),
+                               batches)
+        # In order: a batch's answers are read once the batches before it are.
+        for batch, output in zip(batches, outputs):
+            if beam and int(output["beam_width"][0]) != beam:
+                raise TranslateError(
+                    f"This model's beam search uses width {int(output['beam_width'][0])}, "
+                    f"not {beam}: pass --beam {int(output['beam_width'][0])} (the width is set "
+                    "by the profile's beam_width when the model is exported).")
+            # Models exported before clause splitting have no clause_tokens.
+            clauses = output.get("clause_tokens")
+            for (index, _), text, tokens, clause, limit in zip(
+                    batch, output["translation"].numpy(), output["source_tokens"].numpy(),
+                    (clauses if clauses is not None else output["source_tokens"]).numpy(),
+                    output["max_source_tokens"].numpy()):
+                if tokens > limit:
+                    truncated.append((index + 1, int(tokens), int(limit)))
+                elif clause > limit:
+                    cut_between_words.append((index + 1, int(clause), int(limit)))
+                results[index] = text.decode("utf-8")
+            done += len(batch)
+            if progress:
+                progress(done)
+    finally:  # an error (a wrong --beam) drops the batches not yet sent
+        requests.shutdown(cancel_futures=True)
     # Before clause splitting a model cut whole sentences; since, only a word too long is cut.
     cut = "a sentence" if clauses is None else "a word (text without spaces)"
     _warn(sorted(truncated), cut + " of {tokens} tokens: only its first {limit} were "

@@ -9,6 +9,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses
 import logging
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -278,3 +280,43 @@ def test_a_bfloat16_export_on_a_cpu_without_bfloat16_units_is_said_to_be_slow(
     warned = [r for r in caplog.records if "bfloat16 units" in r.getMessage()]
     assert len(warned) == (0 if has_units else 1)
     assert all("decode_precision=float32" in r.getMessage() for r in warned)
+
+
+def test_requests_side_by_side_answer_in_the_input_order(bfloat16_export):
+    """translate() with requests side by side: the lines one request at a time gives, in the
+    input's order, with a rejected line kept in place, and progress told in order."""
+    lines = [f"the {a} is {b}." for a, b in zip("chat chien maison voiture arbre".split(),
+                                                 "rouge bleu vert grand petit".split())]
+    lines.insert(2, None)
+    one_at_a_time = translate.translate(lines, bfloat16_export, batch_size=2)
+    told: list[int] = []
+    side_by_side = translate.translate(lines, bfloat16_export, batch_size=2,
+                                       requests_at_once=3, progress=told.append)
+    assert side_by_side == one_at_a_time
+    assert side_by_side[2] == "" and all(side_by_side[:2] + side_by_side[3:])
+    assert told == [0, 2, 4, 5]
+
+
+def test_serving_side_by_side_sets_one_thread_per_op_before_tensorflow_starts():
+    """serve_side_by_side in a fresh process: one thread per op, an op per core at once, and
+    as many requests at once as cores; where TensorFlow has started (here), one request and
+    the threads left as they are."""
+    probe = ("from inference import translate\n"
+             "requests = translate.serve_side_by_side()\n"
+             "import os, tensorflow as tf\n"
+             "tf.constant(1) + 1\n"  # TensorFlow starts with the threads set
+             "print(requests, len(os.sched_getaffinity(0)),\n"
+             "      tf.config.threading.get_intra_op_parallelism_threads(),\n"
+             "      tf.config.threading.get_inter_op_parallelism_threads())\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, cwd=os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__))))
+    requests, cores, intra, inter = map(int, done.stdout.split())
+    assert (requests, intra, inter) == (cores, 1, cores)
+
+    tf.constant(1) + 1
+    threads = (tf.config.threading.get_intra_op_parallelism_threads(),
+               tf.config.threading.get_inter_op_parallelism_threads())
+    assert translate.serve_side_by_side() == 1
+    assert (tf.config.threading.get_intra_op_parallelism_threads(),
+            tf.config.threading.get_inter_op_parallelism_threads()) == threads
