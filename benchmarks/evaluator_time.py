@@ -35,7 +35,7 @@ from benchmarks import results
 from metadata import artifacts
 from pipeline.config import DEFAULT_BEAM_ARGS
 from pipeline.eval_config import evaluator_args
-from runners import interpreter
+from runners import interpreter, local_runner
 
 
 def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[float, dict]:
@@ -56,6 +56,7 @@ def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[flo
             os.path.join(root, "metadata.sqlite")),
         beam_pipeline_args=list(DEFAULT_BEAM_ARGS))
     interpreter.freeze_imports()  # as runners/local_runner.py before the pipeline runs
+    local_runner.without_tfx_package()  # as nmt run: no sdist of TFX before the Evaluator
     start = time.perf_counter()
     LocalDagRunner().run(pipeline)
     seconds = time.perf_counter() - start

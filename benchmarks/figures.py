@@ -288,7 +288,11 @@ GREEDY_INPUT, BEAM_INPUT = "greedy, input order", "beam 4, input order"
 # The export before issue #67's changes (f223834's), 2f92848's (float32), then today's with
 # float32 (the default) and with bfloat16 decoding weights, all from the same weights; "today"
 # in single figures is the float32 export.
-DECODING, DEFAULT_DECODING = "translate_speed_rows_epyc_bf16.json", 2
+DECODING, DEFAULT_DECODING = "translate_speed_one_at_a_time_epyc_bf16.json", 2
+# The export before issue #67's changes, then today's float32 and bfloat16 exports (the same
+# weights as DECODING's), in a process set up as `nmt translate` sets up its own: one thread
+# per op, a request per core at once.
+SIDE_BY_SIDE_DECODING = "translate_speed_side_by_side_epyc_bf16.json"
 # The AMD EPYC make run's model with the loop guard one pass per copy length, then in one
 # pass, then the rotary model.
 LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
@@ -345,6 +349,19 @@ def _variants(record: dict) -> list[dict]:
              "first": f"{min(before[name]['first_request_seconds']):.1f} / "
                       f"{min(float32[name]['first_request_seconds']):.1f}",
              "sentences": figures["sentences"]}
+            for name, figures in bfloat16.items()]
+
+
+def _side_by_side_variants(record: dict) -> list[dict]:
+    """A side-by-side translate_speed.py result's variants, as rows: before's export and
+    today's (float32, bfloat16), and today's float32 over its speed one request at a time (the
+    DECODING result beside it)."""
+    before, float32, bfloat16 = list(record["figures"]["models"].values())[:3]
+    alone = results.read(os.path.join(os.path.dirname(record["path"]), DECODING))
+    return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
+             "float32": max(float32[name]["sentences_per_second"]),
+             "bfloat16": max(figures["sentences_per_second"]),
+             "alone": _speed(alone, name), "sentences": figures["sentences"]}
             for name, figures in bfloat16.items()]
 
 
@@ -503,8 +520,15 @@ TABLES = (
         _figure("decoding in the request's order, today's export over the one before, greedy / "
                 "beam 4", DECODING, lambda r: " / ".join(
                     _faster_than_before(v)(r) for v in (GREEDY_INPUT, BEAM_INPUT))),
-        _figure("`nmt evaluate` on the dev set, s, before / 2f92848 / today float32 / today "
-                "bfloat16", DECODING, lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("`nmt evaluate` on the dev set (today's command, requests side by side), s, "
+                "before's export / 2f92848's / today float32 / today bfloat16", DECODING,
+                lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("decoding side by side (a core per request) over one request at a time, "
+                "today's float32 export, greedy / beam 4 in the request's order",
+                SIDE_BY_SIDE_DECODING, lambda r: " / ".join(
+                    f"{item['float32'] / item['alone']:.2f}×"
+                    for item in _side_by_side_variants(r)
+                    if item["variant"] in (GREEDY_INPUT, BEAM_INPUT))),
         _figure("dev BLEU (chrF) by `nmt evaluate`, greedy, before / 2f92848 / today float32 / "
                 "today bfloat16", DECODING, lambda r: " / ".join(
                     f"{v['bleu']:.2f} ({v['chrf']:.2f})"
@@ -576,6 +600,15 @@ TABLES = (
                           lambda r: f"{r['item']['bfloat16'] / r['item']['float32']:.2f}×",
                           "{item[differ]}", "{item[first]}", "{item[sentences]:,}"),
                items=_variants),)),
+    Table("decoding-side-by-side", (
+        "variant", "before (f223834), sentences/s", "today float32", "today bfloat16",
+        "today float32 over before", "today float32 over one request at a time", "lines"),
+          (Row(SIDE_BY_SIDE_DECODING, (
+              "{item[variant]}", "{item[before]:.1f}", "{item[float32]:.1f}",
+              "{item[bfloat16]:.1f}",
+              lambda r: f"{r['item']['float32'] / r['item']['before']:.2f}×",
+              lambda r: f"{r['item']['float32'] / r['item']['alone']:.2f}×",
+              "{item[sentences]:,}"), items=_side_by_side_variants),)),
     Table("scaling", ("component", "1× s", "4× s", "16× s", "16× s, 2 workers",
                       "16× peak MB, in memory / 2 workers"),
           tuple(Row("scale.json", (
@@ -727,7 +760,7 @@ def render(table: Table, results_dir: str = results.RESULTS) -> str:
             missing.add(row.source)
             lines.append(f"| {NOT_MEASURED}: `{row.source}` |" + " |" * (len(table.columns) - 1))
         for path in paths:
-            record = {**results.read(path), "file": os.path.basename(path)}
+            record = {**results.read(path), "file": os.path.basename(path), "path": path}
             for item in row.items(record) if row.items else [None]:
                 lines.append("| " + " | ".join(_cell(cell, {**record, "item": item})
                                                for cell in row.cells) + " |")

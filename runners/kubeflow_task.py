@@ -1,7 +1,8 @@
 """The command of the compiled pipeline's task containers: TFX's container entry point
 (`kubeflow_v2_run_executor`, its flags unchanged) in a process that, like `nmt`, keeps its
 imports out of the garbage collector's passes and ends without freeing every object first
-(runners/interpreter.py).
+(runners/interpreter.py), and builds no package of TFX for a Beam that runs in it
+(`local_runner.without_tfx_package`).
 
     python -m runners.kubeflow_task --executor_class_path=... (TFX's flags)
 """
@@ -13,12 +14,13 @@ from typing import NoReturn
 from absl import app
 from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor as tfx_task
 
-from runners import interpreter
+from runners import interpreter, local_runner
 
 
 def main(parsed_argv: tuple[argparse.Namespace, list[str]]) -> NoReturn:
     """TFX's task, then the process ends (an exception ends it the usual way, via absl)."""
     interpreter.freeze_imports()
+    local_runner.without_tfx_package()  # the image has TFX, and so have its Beam workers
     tfx_task.main(parsed_argv)
     interpreter.exit_now(0)
 

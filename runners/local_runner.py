@@ -30,6 +30,7 @@ from pipeline.pipeline import create_pipeline
 from runners.run_lock import RunError
 
 _LOG = logging.getLogger(__name__)
+_TFX_PACKAGE = dependency_utils.make_beam_dependency_flags
 _LAST_COMPONENT = "AtomicPusher"  # --to this one is a complete run
 _OUT_OF_SPACE = {errno.ENOSPC: "no space left on device",
                  errno.EFBIG: "file too large for the file-size limit",
@@ -62,6 +63,23 @@ def runs_in_process(beam_pipeline_args: tuple[str, ...]) -> bool:
     """True for Beam's DirectRunner (the default), which runs on this machine."""
     runner = PipelineOptions(flags=list(beam_pipeline_args)).view_as(StandardOptions).runner
     return runner in (None, "DirectRunner", "direct")
+
+
+def without_tfx_package(every_runner: bool = False) -> None:
+    """From now on in this process, TFX's Beam executors build no package of TFX where Beam's
+    workers have it: on the DirectRunner (or, with every_runner, on any runner).
+
+    Before every Beam component, TFX builds an sdist of itself so that remote workers can
+    install it (`make_beam_dependency_flags`): about a second, and a copy of its sources, some
+    50 MB, in a /tmp directory it never removes. The DirectRunner runs here, where TFX is
+    installed; so do Flink's SDK workers, and on a cluster they run the project's image. Other
+    runners (Dataflow without the image) still get TFX's package."""
+    def flags(beam_pipeline_args: list[str]) -> list[str]:
+        if every_runner or runs_in_process(tuple(beam_pipeline_args)):
+            return list(beam_pipeline_args)
+        return _TFX_PACKAGE(beam_pipeline_args)
+
+    dependency_utils.make_beam_dependency_flags = flags
 
 
 def direct_engine(beam_pipeline_args: tuple[str, ...]) -> str:
@@ -134,12 +152,7 @@ def run(config: PipelineConfig, to_component: str | None = None,
     run_options = None
     if to_component:
         run_options = tfx_pipeline.RunOptions(to_nodes=[to_component])
-    if flink_engine or runs_in_process(config.beam_pipeline_args):
-        # TFX builds an sdist of itself before every Beam component (5-10 s each, writing a
-        # copy of its sources to /tmp) so that remote workers can import it; the
-        # DirectRunner runs here, and Flink's SDK workers run this venv's Python (or, on a
-        # cluster, the project's image), where TFX is installed.
-        dependency_utils.make_beam_dependency_flags = list
+    without_tfx_package(every_runner=flink_engine is not None)
     pipeline = build(config)
     on_flink = set()
     if flink_engine:

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import random
+import tempfile
 
 import apache_beam as beam
 import pytest
@@ -28,7 +29,32 @@ from components.fra_example_gen import executor, fingerprint, parser, references
 from components.fra_example_gen.component import split_output_config
 from components.fra_example_gen.splits import split_hash_buckets
 from helpers import split_records
+from pipeline.config import DEFAULT_BEAM_ARGS
+from runners import local_runner
 from schemas import SCHEMA_FILE
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _beam_as_nmt_runs_it():
+    local_runner.without_tfx_package()  # no sdist of TFX before each executor, as in nmt run
+
+
+def test_a_beam_executor_packages_tfx_only_for_workers_elsewhere(tmp_path, monkeypatch):
+    """TFX's sdist of itself (a second and ~50 MB in a temporary directory, per Beam
+    component): not for Beam's DirectRunner, which runs where TFX is installed; still for a
+    runner whose workers may lack it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    local_runner.without_tfx_package()
+    here = executor.Executor(BaseBeamExecutor.Context(
+        beam_pipeline_args=list(DEFAULT_BEAM_ARGS)))
+    assert not [arg for arg in here._beam_pipeline_args if arg.startswith("--extra_package")]
+    assert not os.listdir(tmp_path)
+
+    remote = executor.Executor(BaseBeamExecutor.Context(
+        beam_pipeline_args=["--runner=DataflowRunner", "--project=p", "--region=r"]))
+    [package] = [arg.split("=", 1)[1] for arg in remote._beam_pipeline_args
+                 if arg.startswith("--extra_package=")]
+    assert package.startswith(str(tmp_path)) and os.path.isfile(package)
 
 
 def pairs_text(count: int, start: int = 0) -> bytes:
