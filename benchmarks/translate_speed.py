@@ -112,15 +112,18 @@ def _evaluate(model_dir: str, source: str, reference: str) -> dict:
 # this process's is that of every model it loaded.
 _PEAK = """import sys
 from inference import translate
+at_once = translate.serve_side_by_side() if sys.argv[4] == "side by side" else 1
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines()[:int(sys.argv[3]) or None]
-translate.translate(lines, sys.argv[1], by_length=False)
+translate.translate(lines, sys.argv[1], by_length=False, requests_at_once=at_once)
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))"""
 
 
-def peak_memory_mb(model_dir: str, source: str, lines: int) -> float:
+def peak_memory_mb(model_dir: str, source: str, lines: int, side_by_side: bool = False
+                   ) -> float:
     """The peak resident memory of a process that loads the model and translates `lines`
-    lines of `source` greedily in their order, as `nmt translate` does."""
-    done = subprocess.run([sys.executable, "-c", _PEAK, model_dir, source, str(lines)],
+    lines of `source` greedily in their order, one request at a time or side by side."""
+    done = subprocess.run([sys.executable, "-c", _PEAK, model_dir, source, str(lines),
+                           "side by side" if side_by_side else "one at a time"],
                           check=True, capture_output=True, text=True,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return round(int(done.stdout.split()[-1]) / 1024, 1)
@@ -207,7 +210,8 @@ def main() -> None:
     result = measure(model_dirs, sentences, args.rounds, args.batch_one_lines, args.source,
                      args.reference, requests_at_once)
     if args.peak_memory_lines:
-        result["peak_memory_mb"] = {m: peak_memory_mb(m, args.source, args.peak_memory_lines)
+        result["peak_memory_mb"] = {m: peak_memory_mb(m, args.source, args.peak_memory_lines,
+                                                      args.side_by_side)
                                     for m in model_dirs}
     results.emit(args.output, "decoding speed through the serving signatures, greedy and beam "
                  "search, batches by length and in input order", result)
