@@ -143,7 +143,8 @@ def measure(model_dirs: list[str], sentences: list[str], rounds: int, batch_one_
             clock = {}
             outputs[model_dir, name] = translate.translate(
                 lines, model_dir, beam, by_length=by_length, batch_size=batch_size,
-                requests_at_once=requests_at_once, progress=lambda done: clock.setdefault(done, time.perf_counter()))
+                requests_at_once=requests_at_once,
+                progress=lambda done: clock.setdefault(done, time.perf_counter()))
             # The first request excluded: TensorFlow optimizes a loaded signature's graph at
             # its first call (a server does that once, before its first user; first_request).
             first_done = min(done for done in clock if done)
