@@ -298,6 +298,12 @@ SIDE_BY_SIDE_DECODING = "translate_speed_side_by_side_epyc_bf16.json"
 LOOP_GUARD_DECODING = "translate_speed_rotary_epyc_bf16.json"
 SERVING_PROFILE = "serving_profile_avx2.json"  # f223834's export
 SERVING_PROFILE_TODAY = "serving_profile_attention_epyc_bf16.json"  # today's float32 export
+# The same comparisons on an Intel Xeon with AVX-512 but no bfloat16 units (float32 only), one
+# sitting, from a `make run`'s weights there: f223834's export and today's float32 one, one
+# request at a time and side by side; the Evaluator with each checkout's code and export.
+XEON_DECODING = "translate_speed_one_at_a_time_xeon_f32.json"
+XEON_SIDE_BY_SIDE = "translate_speed_side_by_side_xeon_f32.json"
+XEON_EVALUATOR = "evaluator_time_xeon.json"
 # Dev-set BLEU of today's export decoding in bfloat16 against float32, paired bootstrap.
 DECODE_PRECISION_BLEU = "decode_precision_paired_epyc_bf16.json"
 # The Evaluator: f223834's code and export, 90671de's code (the merged batches) with
@@ -363,6 +369,22 @@ def _side_by_side_variants(record: dict) -> list[dict]:
              "bfloat16": max(figures["sentences_per_second"]),
              "alone": _speed(alone, name), "sentences": figures["sentences"]}
             for name, figures in bfloat16.items()]
+
+
+def _xeon_variants(record: dict) -> list[dict]:
+    """XEON_DECODING's variants as rows: before's export and today's float32 one, one request at
+    a time and side by side (the XEON_SIDE_BY_SIDE result beside it)."""
+    side = results.read(os.path.join(os.path.dirname(record["path"]), XEON_SIDE_BY_SIDE))
+    (before, today), (before_side, today_side) = (
+        list(r["figures"]["models"].values())[:2] for r in (record, side))
+    differ = "outputs_differing_from_the_first_model"
+    return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
+             "today": max(figures["sentences_per_second"]),
+             "before_side": max(before_side[name]["sentences_per_second"]),
+             "today_side": max(today_side[name]["sentences_per_second"]),
+             "differ": f"{figures[differ]} / {today_side[name][differ]}",
+             "sentences": figures["sentences"]}
+            for name, figures in today.items()]
 
 
 def _stages(record: dict) -> list[dict]:
@@ -541,6 +563,11 @@ TABLES = (
                 "(greedy sub-batches of 256) / today float32 / today bfloat16 (today's process "
                 "with its imports frozen, as `nmt run`'s)", EVALUATOR_TIME,
                 lambda r: _per_model(r, "models")),
+        _figure("the Evaluator in `make run`'s setting on a float32 Xeon, s, before / today "
+                "(best of 2 rounds)", XEON_EVALUATOR, lambda r: _per_model(r, "models")),
+        _figure("`nmt evaluate` on the dev set on a float32 Xeon (today's command), s, "
+                "before's export / today's", XEON_SIDE_BY_SIDE,
+                lambda r: _per_model(r, "nmt_evaluate")),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
@@ -600,6 +627,17 @@ TABLES = (
                           lambda r: f"{r['item']['bfloat16'] / r['item']['float32']:.2f}×",
                           "{item[differ]}", "{item[first]}", "{item[sentences]:,}"),
                items=_variants),)),
+    Table("decoding-float32-xeon", (
+        "variant", "before (f223834), one request at a time, sentences/s", "today float32",
+        "today over before", "before, side by side", "today float32, side by side",
+        "today over before, side by side",
+        "outputs that differ from before's, one at a time / side by side", "lines"),
+          (Row(XEON_DECODING, (
+              "{item[variant]}", "{item[before]:.1f}", "{item[today]:.1f}",
+              lambda r: f"{r['item']['today'] / r['item']['before']:.2f}×",
+              "{item[before_side]:.1f}", "{item[today_side]:.1f}",
+              lambda r: f"{r['item']['today_side'] / r['item']['before_side']:.2f}×",
+              "{item[differ]}", "{item[sentences]:,}"), items=_xeon_variants),)),
     Table("decoding-side-by-side", (
         "variant", "before (f223834), sentences/s", "today float32", "today bfloat16",
         "today float32 over before", "today float32 over one request at a time", "lines"),
