@@ -358,12 +358,17 @@ def _variants(record: dict) -> list[dict]:
             for name, figures in bfloat16.items()]
 
 
+def _beside(record: dict, name: str) -> dict:
+    """The result file `name` in the directory `record` was read from."""
+    return results.read(os.path.join(os.path.dirname(record["path"]), name))
+
+
 def _side_by_side_variants(record: dict) -> list[dict]:
     """A side-by-side translate_speed.py result's variants, as rows: before's export and
     today's (float32, bfloat16), and today's float32 over its speed one request at a time (the
     DECODING result beside it)."""
     before, float32, bfloat16 = list(record["figures"]["models"].values())[:3]
-    alone = results.read(os.path.join(os.path.dirname(record["path"]), DECODING))
+    alone = _beside(record, DECODING)
     return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
              "float32": max(float32[name]["sentences_per_second"]),
              "bfloat16": max(figures["sentences_per_second"]),
@@ -374,7 +379,7 @@ def _side_by_side_variants(record: dict) -> list[dict]:
 def _xeon_variants(record: dict) -> list[dict]:
     """XEON_DECODING's variants as rows: before's export and today's float32 one, one request at
     a time and side by side (the XEON_SIDE_BY_SIDE result beside it)."""
-    side = results.read(os.path.join(os.path.dirname(record["path"]), XEON_SIDE_BY_SIDE))
+    side = _beside(record, XEON_SIDE_BY_SIDE)
     (before, today), (before_side, today_side) = (
         list(r["figures"]["models"].values())[:2] for r in (record, side))
     differ = "outputs_differing_from_the_first_model"
