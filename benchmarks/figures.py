@@ -304,6 +304,11 @@ SERVING_PROFILE_TODAY = "serving_profile_attention_epyc_bf16.json"  # today's fl
 XEON_DECODING = "translate_speed_one_at_a_time_xeon_f32.json"
 XEON_SIDE_BY_SIDE = "translate_speed_side_by_side_xeon_f32.json"
 XEON_EVALUATOR = "evaluator_time_xeon.json"
+# And on an Intel Xeon with AMX (bfloat16 matrix units), one sitting, from a `make run`'s
+# weights there: f223834's export, today's float32 and today's bfloat16 one, one request at a
+# time; the Evaluator with each checkout's code and export.
+AMX_DECODING = "translate_speed_one_at_a_time_amx.json"
+AMX_EVALUATOR = "evaluator_time_amx.json"
 # Dev-set BLEU of today's export decoding in bfloat16 against float32, paired bootstrap.
 DECODE_PRECISION_BLEU = "decode_precision_paired_epyc_bf16.json"
 # The Evaluator: f223834's code and export, 90671de's code (the merged batches) with
@@ -390,6 +395,18 @@ def _xeon_variants(record: dict) -> list[dict]:
              "differ": f"{figures[differ]} / {today_side[name][differ]}",
              "sentences": figures["sentences"]}
             for name, figures in today.items()]
+
+
+def _amx_variants(record: dict) -> list[dict]:
+    """AMX_DECODING's variants as rows: before's export, today's float32 and bfloat16 ones."""
+    before, float32, bfloat16 = list(record["figures"]["models"].values())[:3]
+    differ = "outputs_differing_from_the_first_model"
+    return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
+             "float32": max(float32[name]["sentences_per_second"]),
+             "bfloat16": max(figures["sentences_per_second"]),
+             "differ": f"{float32[name][differ]} / {figures[differ]}",
+             "sentences": figures["sentences"]}
+            for name, figures in bfloat16.items()]
 
 
 def _stages(record: dict) -> list[dict]:
@@ -573,6 +590,16 @@ TABLES = (
         _figure("`nmt evaluate` on the dev set on a float32 Xeon (today's command), s, "
                 "before's export / today's", XEON_SIDE_BY_SIDE,
                 lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("the Evaluator in `make run`'s setting on an AMX Xeon, s, before / today float32 "
+                "/ today bfloat16 (best of 2 rounds)", AMX_EVALUATOR,
+                lambda r: _per_model(r, "models")),
+        _figure("`nmt evaluate` on the dev set on an AMX Xeon (today's command), s, before's "
+                "export / today float32 / today bfloat16", AMX_DECODING,
+                lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("dev BLEU (chrF) by `nmt evaluate` on an AMX Xeon, greedy, before / today "
+                "float32 / today bfloat16", AMX_DECODING, lambda r: " / ".join(
+                    f"{v['bleu']:.2f} ({v['chrf']:.2f})"
+                    for v in r["figures"]["nmt_evaluate"].values())),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
@@ -643,6 +670,16 @@ TABLES = (
               "{item[before_side]:.1f}", "{item[today_side]:.1f}",
               lambda r: f"{r['item']['today_side'] / r['item']['before_side']:.2f}×",
               "{item[differ]}", "{item[sentences]:,}"), items=_xeon_variants),)),
+    Table("decoding-amx", (
+        "variant", "before (f223834), sentences/s", "today float32", "today bfloat16",
+        "float32 over before", "bfloat16 over before",
+        "outputs that differ from before's, float32 / bfloat16", "lines"),
+          (Row(AMX_DECODING, (
+              "{item[variant]}", "{item[before]:.1f}", "{item[float32]:.1f}",
+              "{item[bfloat16]:.1f}",
+              lambda r: f"{r['item']['float32'] / r['item']['before']:.2f}×",
+              lambda r: f"{r['item']['bfloat16'] / r['item']['before']:.2f}×",
+              "{item[differ]}", "{item[sentences]:,}"), items=_amx_variants),)),
     Table("decoding-side-by-side", (
         "variant", "before (f223834), sentences/s", "today float32", "today bfloat16",
         "today float32 over before", "today float32 over one request at a time", "lines"),
