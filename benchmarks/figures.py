@@ -642,6 +642,10 @@ TABLES = (
                     for command in ("run", "translate"))),
         _figure("`make test`: tests passed, minutes", "test_suite.json",
                 "{figures[passed]} in {figures[minutes]:.1f}"),
+        _figure("`make test`: CPU minutes in all / of its three costliest modules",
+                "test_suite.json", lambda r: f"{r['figures']['cpu_minutes']:.1f} / " + ", ".join(
+                    f"{os.path.basename(module)[5:-3]} {seconds / 60:.1f}" for module, seconds
+                    in list(r["figures"]["cpu_seconds_by_module"].items())[:3])),
     )),
     *(Table(name, ("stage", "seconds, 1,000 dev lines", "share of the greedy signature"),
             (Row(source, ("{item[stage]}", "{item[seconds]:.2f}", "{item[share]}"),

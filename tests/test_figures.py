@@ -141,6 +141,18 @@ def test_suite_time_reads_pytests_last_summary_line_and_the_workers():
     assert suite_time.summary(log.split("\n", 1)[1])["workers"] is None
 
 
+def test_suite_time_reads_the_cpu_by_module_table():
+    log = ("== CPU time by module (top 2 of 40, 53.8 min in all) ==\n"
+           "   733.9s  tests/test_flink_cluster.py\n"
+           "    82.1s  tests/test_worker_pool.py\n"
+           "== modules per worker, minutes from the first test ==\n"
+           "== 698 passed in 1768.59s (0:29:28) ==\n")
+    assert suite_time.summary(log)["cpu_minutes"] == 53.8
+    assert suite_time.summary(log)["cpu_seconds_by_module"] == {
+        "tests/test_flink_cluster.py": 733.9, "tests/test_worker_pool.py": 82.1}
+    assert "cpu_minutes" not in suite_time.summary(log.split("\n", 3)[3])
+
+
 def test_make_run_reads_gnu_times_report():
     report = ("\tElapsed (wall clock) time (h:mm:ss or m:ss): 33:17.04\n"
               "\tMaximum resident set size (kbytes): 2890684\n")
