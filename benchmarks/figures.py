@@ -347,20 +347,33 @@ def _faster_than_before(variant: str, today: int | None = None) -> Callable[[dic
     return lambda r: f"{_speed(r, variant, model=today) / _speed(r, variant, model=0):.2f}×"
 
 
-def _variants(record: dict) -> list[dict]:
-    """A translate_speed.py result's variants, as rows: before, 2f92848's and today's export
-    (float32, bfloat16)."""
-    before, previous, float32, bfloat16 = list(record["figures"]["models"].values())[:4]
+def _export_rows(record: dict, exports: tuple[str, ...]) -> list[dict]:
+    """A translate_speed.py result's variants, as rows: each of its first models' best
+    sentences per second under the names `exports` (which end with "float32", "bfloat16"),
+    and the outputs of those two that differ from the first model's."""
+    models = dict(zip(exports, record["figures"]["models"].values()))
     differ = "outputs_differing_from_the_first_model"
-    return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
-             "previous": max(previous[name]["sentences_per_second"]),
-             "float32": max(float32[name]["sentences_per_second"]),
-             "bfloat16": max(figures["sentences_per_second"]),
-             "differ": f"{float32[name][differ]} / {figures[differ]}",
-             "first": f"{min(before[name]['first_request_seconds']):.1f} / "
-                      f"{min(float32[name]['first_request_seconds']):.1f}",
+    return [{"variant": name,
+             **{export: max(model[name]["sentences_per_second"])
+                for export, model in models.items()},
+             "differ": f"{models['float32'][name][differ]} / {figures[differ]}",
              "sentences": figures["sentences"]}
-            for name, figures in bfloat16.items()]
+            for name, figures in models["bfloat16"].items()]
+
+
+def _variants(record: dict) -> list[dict]:
+    """DECODING's rows: before, 2f92848's and today's export (float32, bfloat16), with the
+    first request's seconds of before's and today's float32."""
+    before, _, float32 = list(record["figures"]["models"].values())[:3]
+    return [{**row, "first": f"{min(before[row['variant']]['first_request_seconds']):.1f} / "
+                             f"{min(float32[row['variant']]['first_request_seconds']):.1f}"}
+            for row in _export_rows(record, ("before", "previous", "float32", "bfloat16"))]
+
+
+def _bleu_chrf(record: dict) -> str:
+    """Each model's `nmt evaluate` BLEU (chrF) in a translate_speed.py result."""
+    return " / ".join(f"{v['bleu']:.2f} ({v['chrf']:.2f})"
+                      for v in record["figures"]["nmt_evaluate"].values())
 
 
 def _beside(record: dict, name: str) -> dict:
@@ -395,18 +408,6 @@ def _xeon_variants(record: dict) -> list[dict]:
              "differ": f"{figures[differ]} / {today_side[name][differ]}",
              "sentences": figures["sentences"]}
             for name, figures in today.items()]
-
-
-def _amx_variants(record: dict) -> list[dict]:
-    """AMX_DECODING's variants as rows: before's export, today's float32 and bfloat16 ones."""
-    before, float32, bfloat16 = list(record["figures"]["models"].values())[:3]
-    differ = "outputs_differing_from_the_first_model"
-    return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
-             "float32": max(float32[name]["sentences_per_second"]),
-             "bfloat16": max(figures["sentences_per_second"]),
-             "differ": f"{float32[name][differ]} / {figures[differ]}",
-             "sentences": figures["sentences"]}
-            for name, figures in bfloat16.items()]
 
 
 def _stages(record: dict) -> list[dict]:
@@ -574,9 +575,7 @@ TABLES = (
                     for item in _side_by_side_variants(r)
                     if item["variant"] in (GREEDY_INPUT, BEAM_INPUT))),
         _figure("dev BLEU (chrF) by `nmt evaluate`, greedy, before / 2f92848 / today float32 / "
-                "today bfloat16", DECODING, lambda r: " / ".join(
-                    f"{v['bleu']:.2f} ({v['chrf']:.2f})"
-                    for v in r["figures"]["nmt_evaluate"].values())),
+                "today bfloat16", DECODING, _bleu_chrf),
         _figure("dev BLEU, bfloat16 decoding weights against float32 (paired bootstrap sd)",
                 DECODE_PRECISION_BLEU, lambda r: " ".join(
                     f"{c['difference']:+.2f} ({c['bootstrap_std']:.2f})"
@@ -597,9 +596,7 @@ TABLES = (
                 "export / today float32 / today bfloat16", AMX_DECODING,
                 lambda r: _per_model(r, "nmt_evaluate")),
         _figure("dev BLEU (chrF) by `nmt evaluate` on an AMX Xeon, greedy, before / today "
-                "float32 / today bfloat16", AMX_DECODING, lambda r: " / ".join(
-                    f"{v['bleu']:.2f} ({v['chrf']:.2f})"
-                    for v in r["figures"]["nmt_evaluate"].values())),
+                "float32 / today bfloat16", AMX_DECODING, _bleu_chrf),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
@@ -644,7 +641,8 @@ TABLES = (
                 "{figures[passed]} in {figures[minutes]:.1f}"),
         _figure("`make test`: CPU minutes in all / of its three costliest modules",
                 "test_suite.json", lambda r: f"{r['figures']['cpu_minutes']:.1f} / " + ", ".join(
-                    f"{os.path.basename(module)[5:-3]} {seconds / 60:.1f}" for module, seconds
+                    f"{os.path.basename(module).removeprefix('test_').removesuffix('.py')} "
+                    f"{seconds / 60:.1f}" for module, seconds
                     in list(r["figures"]["cpu_seconds_by_module"].items())[:3])),
     )),
     *(Table(name, ("stage", "seconds, 1,000 dev lines", "share of the greedy signature"),
@@ -683,7 +681,8 @@ TABLES = (
               "{item[bfloat16]:.1f}",
               lambda r: f"{r['item']['float32'] / r['item']['before']:.2f}×",
               lambda r: f"{r['item']['bfloat16'] / r['item']['before']:.2f}×",
-              "{item[differ]}", "{item[sentences]:,}"), items=_amx_variants),)),
+              "{item[differ]}", "{item[sentences]:,}"),
+               items=lambda r: _export_rows(r, ("before", "float32", "bfloat16"))),)),
     Table("decoding-side-by-side", (
         "variant", "before (f223834), sentences/s", "today float32", "today bfloat16",
         "today float32 over before", "today float32 over one request at a time", "lines"),

@@ -48,7 +48,8 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.log, encoding="utf-8") as f:
         results.emit(args.output, "`make test`: tests passed, the suite's wall time, its "
-                     "pytest-xdist workers, and its CPU minutes in all and by costliest module", summary(f.read()))
+                     "pytest-xdist workers, and its CPU minutes in all and by costliest module",
+                     summary(f.read()))
 
 
 if __name__ == "__main__":
