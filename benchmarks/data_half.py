@@ -18,7 +18,7 @@ import ml_metadata as mlmd
 from ml_metadata.proto import metadata_store_pb2
 
 from benchmarks import results
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 
 SPLITS = ("train", "eval", "test")
 

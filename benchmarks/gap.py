@@ -20,7 +20,7 @@ import numpy as np
 from benchmarks import results
 from benchmarks.pipeline_outputs import latest
 from benchmarks.quality import bucket_of, score
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 from components.tfma_metrics import CorpusStatistics
 from pipeline import config as config_lib
 from inference import translate

@@ -16,7 +16,7 @@ import time
 
 from benchmarks import results
 from benchmarks.pipeline_outputs import latest
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 from inference import evaluate as evaluate_lib
 from inference import translate as translate_lib
 from transform_module.preprocessing import LENGTH_BUCKETS

@@ -122,10 +122,10 @@ def training_lineage(store_config, model_dir: str) -> Lineage:
 
 def training_sentences(train_splits: tuple[str, ...]) -> list[str]:
     """The English sentence of every training example of the splits, each once."""
-    from components.fra_example_gen.executor import read_split
+    from components.fra_example_gen.records import read_english
 
     return list(dict.fromkeys(english for split in train_splits
-                              for english, _ in read_split(os.path.dirname(split), "train")))
+                              for english in read_english(os.path.dirname(split), "train")))
 
 
 def evaluate(test_set: EvaluationSet, model_dir: str, beam: int | None, lineage: Lineage,

@@ -29,7 +29,7 @@ from metadata.store import MetadataError  # noqa: E402
 from metadata.values import as_text  # noqa: E402
 from metadata.signatures import signature  # noqa: E402
 from trainer_module.settings import HISTORY_FILE  # noqa: E402
-from components.fra_example_gen.executor import read_split  # noqa: E402
+from components.fra_example_gen.records import read_split  # noqa: E402
 from transform_module.preprocessing import RESERVED_TOKENS  # noqa: E402
 from transform_module.tokens import END_ID, PAD_ID  # noqa: E402
 

@@ -13,6 +13,8 @@ import sys
 import tensorflow as tf
 from tfx.dsl.io import filesystem, filesystem_registry
 
+from components.fra_example_gen.records import split_files
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PIPELINE_NAME = "nmt-fra-eng"
 SMOKE_TRAIN_STEPS = 200
@@ -194,8 +196,6 @@ def split_records(examples_uri: str) -> dict[str, list[bytes]]:
     the same split, not their order. TFX's WriteSplit reshuffles before writing, and even the
     in-memory DirectRunner once moved 99 of 1,950 records (a CI run at 6bcf403). Files only:
     Transform's job restarted by Flink leaves its killed attempt's `beam-temp-*` directory."""
-    from components.fra_example_gen.executor import split_files  # Beam: only when needed
-
     return {split: sorted(r.numpy() for r in tf.data.TFRecordDataset(
         split_files(examples_uri, split), compression_type="GZIP"))
         for split in ("train", "eval", "test")}

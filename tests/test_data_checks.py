@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 from helpers import DATA_HALF, latest_artifact, open_store
 
 

@@ -16,7 +16,7 @@ import time
 
 from google.protobuf import json_format
 
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 from helpers import (DATA_HALF, REPO, cached_components, latest_artifact, open_store,
                      split_records)
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 import sacrebleu
 
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 from helpers import open_store, run_nmt, serving_dir
 from metadata.lineage import training_examples
 

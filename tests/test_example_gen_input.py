@@ -25,7 +25,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 from tfx.utils import proto_utils
 
-from components.fra_example_gen import executor, fingerprint, parser, references, source
+from components.fra_example_gen import executor, fingerprint, parser, records, references, source
 from components.fra_example_gen.component import split_output_config
 from components.fra_example_gen.splits import split_hash_buckets
 from helpers import split_records
@@ -83,7 +83,7 @@ def run_executor(tmp_path, input_base: str, pattern: str, beam_args: tuple[str, 
 
 def produced(uri: str) -> dict[str, list[str]]:
     return {english: refs for split in ("train", "eval", "test")
-            for english, refs in executor.read_split(uri, split)}
+            for english, refs in records.read_split(uri, split)}
 
 
 def test_a_directory_of_gzip_and_plain_files_gives_examples_and_a_report_per_file(tmp_path):
@@ -146,7 +146,7 @@ def test_a_restarted_jobs_leftover_write_is_removed(tmp_path, caplog):
     assert f"Removed {leftover}: a restarted Beam job's unfinished write." in caplog.text
     assert len(produced(uri)) == 50
     assert all(not os.path.isdir(f) for split in ("train", "eval", "test")
-               for f in executor.split_files(uri, split))
+               for f in records.split_files(uri, split))
 
 
 def test_a_split_finer_than_whole_percent_routes_by_its_buckets(tmp_path):
@@ -166,7 +166,7 @@ def test_a_split_finer_than_whole_percent_routes_by_its_buckets(tmp_path):
     _, uri = run_executor(tmp_path, str(tmp_path), "fra.txt", split=(99.8, 0.1, 0.1))
 
     assert {split: sorted(int(english.split()[1][:-1])
-                          for english, _ in executor.read_split(uri, split))
+                          for english, _ in records.read_split(uri, split))
             for split in ("train", "eval", "test")} == {
         "train": sorted(by_split["train"][:300]), "eval": by_split["eval"],
         "test": by_split["test"]}

@@ -23,7 +23,7 @@ import tensorflow_model_analysis as tfma
 
 from components import atomic_pusher, serving_versions
 from components.token_metrics import PERPLEXITY_NAME
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 from helpers import (REPO, FakeObjectStore, cached_components, checkpoint_steps, last_line,
                      latest_artifact, live_artifacts, make_model_dir, open_store, run_nmt,
                      run_nmt_peak_memory, serving_dir, versions)

@@ -19,7 +19,7 @@ import sacrebleu
 import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 from helpers import (SMOKE_TRAIN_STEPS, TF_SERVING_2_12_TEXT_OPS, checkpoint_steps,
                      latest_artifact, nmt_translate, open_store, ops_core_tensorflow_lacks,
                      serving_dir, versions)

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from components.fra_example_gen import spans
-from components.fra_example_gen.executor import read_split
+from components.fra_example_gen.records import read_split
 from helpers import cached_components, latest_artifact, open_store, run_nmt
 from metadata.runs import list_runs
 from pipeline import data_source

@@ -60,13 +60,6 @@ def _input_patterns(exec_properties: dict[str, Any]) -> tuple[str, list[str]]:
         for span in spans.parse_spans(exec_properties[SPANS_KEY])]
 
 
-def split_files(examples_uri: str, split: str) -> list[str]:
-    """The record files of one split, sorted (directories, such as a restarted job's
-    `beam-temp-*`, left out)."""
-    return sorted(path for path in tf.io.gfile.glob(
-        os.path.join(examples_uri, f"Split-{split}", "*")) if not tf.io.gfile.isdir(path))
-
-
 def remove_beam_temp(examples_uri: str) -> list[str]:
     """Removes the `beam-temp-*` directories inside the splits and returns them.
 
@@ -79,18 +72,6 @@ def remove_beam_temp(examples_uri: str) -> list[str]:
     for path in leftovers:
         tf.io.gfile.rmtree(path)
     return leftovers
-
-
-def read_split(examples_uri: str, split: str) -> list[tuple[str, list[str]]]:
-    """(English, all French references) of every example of one split, in file order: the
-    inverse of `to_example`, for the tests, the benchmarks and the run report."""
-    files = split_files(examples_uri, split)
-    rows = []
-    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
-        feature = tf.train.Example.FromString(record.numpy()).features.feature
-        rows.append((feature["english"].bytes_list.value[0].decode("utf-8"),
-                     [v.decode("utf-8") for v in feature["french"].bytes_list.value]))
-    return rows
 
 
 def to_example(english: str, refs: list[tuple[Any, str]]) -> tf.train.Example:
