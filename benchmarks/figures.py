@@ -422,6 +422,15 @@ def _stages(record: dict) -> list[dict]:
 def _per_model(record: dict, key: str, fold: Callable = min) -> str:
     """`key` of each model in a result's figures[key] (before / today), folded over rounds."""
     return " / ".join(f"{fold(v['seconds']):.0f}" for v in record["figures"][key].values())
+
+
+def _same_scores(record: dict) -> str:
+    """Whether every checkout of an evaluate_time.py result scored and checked alike."""
+    scores = {(v["bleu"], v["chrf"], v["overlap"]["seen_normalized"])
+              for v in record["figures"]["checkouts"].values()}
+    return " (the same BLEU, chrF and seen lines)" if len(scores) == 1 else " (scores differ)"
+
+
 # Flink's rows in these files ran with Java's default heap, before flink.JOB_SERVER_HEAP.
 ENGINES = (("in_memory", "DirectRunner, in memory"), ("multi_processing",
            "DirectRunner, 2 workers"), ("flink", "Flink, Java's default JVM heap"))
@@ -597,6 +606,10 @@ TABLES = (
                 lambda r: _per_model(r, "nmt_evaluate")),
         _figure("dev BLEU (chrF) by `nmt evaluate` on an AMX Xeon, greedy, before / today "
                 "float32 / today bfloat16", AMX_DECODING, _bleu_chrf),
+        _figure("`nmt evaluate` as a user runs it after `nmt run` (the newest pushed model, the "
+                "training-overlap check), s, f223834 with its own export / 61daa94 / today "
+                "(best of 2 rounds)", "evaluate_time_avx2.json",
+                lambda r: _per_model(r, "checkouts") + _same_scores(r)),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
