@@ -19,8 +19,10 @@ RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src
 #    the versions the image was tested with; the image's CUDA TensorFlow is kept as it is.
 FROM ${TFX_IMAGE}
 # The TensorFlow settings `nmt` starts with locally (runners/tensorflow_env.py says why):
-# oneDNN CPU kernels, also on CPUs where TensorFlow would not turn them on by itself.
+# oneDNN CPU kernels, also on CPUs where TensorFlow would not turn them on by itself; Keras 2
+# as tf.keras from the start.
 ENV TF_ENABLE_ONEDNN_OPTS=1
+ENV TF_USE_LEGACY_KERAS=1
 COPY docker/constraints-py310.txt docker/check_image.py /opt/nmt/
 COPY --from=wheel /wheels /opt/nmt/wheels
 RUN python -m pip install --no-cache-dir -c /opt/nmt/constraints-py310.txt \

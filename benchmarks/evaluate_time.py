@@ -26,6 +26,7 @@ from typing import Iterator
 from benchmarks import results
 from inference.translate import resolve_model_dir
 from pipeline.config import PIPELINE_NAME
+from runners import tensorflow_env
 
 
 @contextlib.contextmanager
@@ -48,10 +49,14 @@ def exported_as_pushed(pushed: str, export: str | None) -> Iterator[None]:
 def evaluate_seconds(checkout: str, pipeline_root: str, source: str, reference: str
                      ) -> tuple[float, dict]:
     """One `nmt evaluate` by the checkout's code: its wall time and its --json result."""
+    # Without the TensorFlow settings this process took from `nmt`'s defaults: the checkout's
+    # `nmt` sets its own, as in a user's shell.
+    env = {name: value for name, value in os.environ.items()
+           if name not in tensorflow_env.DEFAULTS}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "cli", "evaluate", "--pipeline-root",
                            pipeline_root, "--source", source, "--reference", reference,
-                           "--json"], cwd=checkout, env={**os.environ, "PYTHONPATH": checkout},
+                           "--json"], cwd=checkout, env={**env, "PYTHONPATH": checkout},
                           check=True, capture_output=True, text=True)
     return time.perf_counter() - start, json.loads(done.stdout)
 

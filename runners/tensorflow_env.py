@@ -15,6 +15,11 @@ DEFAULTS = {
     # at 0.63 of the Eigen kernels' step time (2026-11-24), and nothing measured since beats
     # them (BENCHMARKS.md, "Training time per step"). 0 keeps Eigen.
     "TF_ENABLE_ONEDNN_OPTS": "1",
+    # tf.keras is Keras 2 (tf_keras), which this project, TFT 1.16 and TFMA use. TFT sets it
+    # itself, but only once TensorFlow has loaded, and TensorFlow then imports Keras 3 for
+    # nothing: about a second and a half of every `nmt` command's start on a 2-core EPYC
+    # (docs/benchmarks-history.md, "`nmt evaluate`'s overlap check").
+    "TF_USE_LEGACY_KERAS": "1",
 }
 
 
