@@ -34,31 +34,49 @@ class Lineage:
     missing: str | None = None  # why there is no lineage: then every line is scored as one
 
 
-def score(hypotheses: list[str], references: list[list[str]]) -> dict[str, Any]:
-    """sacreBLEU's corpus BLEU and chrF, with their signatures (None for no lines)."""
-    if not hypotheses:
-        return {"lines": 0, "bleu": None, "chrf": None}
-    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
-    return {"lines": len(hypotheses),
-            "bleu": bleu.corpus_score(hypotheses, references).score,
-            "chrf": chrf.corpus_score(hypotheses, references).score,
-            "bleu_signature": bleu.get_signature().format(),
-            "chrf_signature": chrf.get_signature().format()}
-
-
 def _subset(items: list, keep: list[bool]) -> list:
     return [item for item, k in zip(items, keep) if k]
 
 
+def score(hypotheses: list[str], references: list[list[str]],
+          parts: dict[str, list[bool]] | None = None) -> dict[str, Any]:
+    """sacreBLEU's corpus BLEU and chrF, with their signatures (None for no lines); with
+    `parts` ({name: the lines it keeps}), {name: the same for those lines}.
+
+    sacreBLEU's statistics of each line are extracted once, and a part's scores computed from
+    the sums over its lines, as sacreBLEU's `corpus_score` computes a corpus's: scoring every
+    part anew extracted most lines' twice. The signatures are the whole test set's."""
+    kept = parts or {"all": [True] * len(hypotheses)}
+    if not hypotheses:
+        scores = {name: {"lines": 0, "bleu": None, "chrf": None} for name in kept}
+        return scores if parts else scores["all"]
+    metrics = {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF()}
+    statistics = {}
+    for name, metric in metrics.items():
+        # pylint: disable=protected-access
+        metric._check_corpus_score_args(hypotheses, references)
+        statistics[name] = metric._extract_corpus_statistics(hypotheses, references)
+    scores = {}
+    for part, keep in kept.items():
+        lines = sum(keep)
+        scores[part] = {"lines": lines, **{
+            name: metric._aggregate_and_compute(  # pylint: disable=protected-access
+                _subset(statistics[name], keep)).score if lines else None
+            for name, metric in metrics.items()}}
+        if lines:
+            scores[part].update({f"{name}_signature": metric.get_signature().format()
+                                 for name, metric in metrics.items()})
+    return scores if parts else scores["all"]
+
+
 def score_parts(hypotheses: list[str], test_set: EvaluationSet,
                 seen: list[bool] | None) -> dict[str, dict[str, Any]]:
-    """{"all": ..., "seen": ..., "unseen": ...} (only "all" without an overlap check)."""
-    parts = {"all": score(hypotheses, test_set.references)}
+    """`score`'s {"all": ..., "seen": ..., "unseen": ...} (only "all" without an overlap
+    check)."""
+    parts = {"all": [True] * len(hypotheses)}
     if seen is not None:
-        for name, keep in (("seen", seen), ("unseen", [not s for s in seen])):
-            parts[name] = score(_subset(hypotheses, keep),
-                                [_subset(stream, keep) for stream in test_set.references])
-    return parts
+        parts.update(seen=seen, unseen=[not s for s in seen])
+    return score(hypotheses, test_set.references, parts)
 
 
 class Progress:
