@@ -17,6 +17,7 @@ import dataclasses
 import glob
 import os
 import re
+import statistics
 import sys
 from typing import Callable, NamedTuple
 
@@ -424,6 +425,14 @@ def _per_model(record: dict, key: str, fold: Callable = min) -> str:
     return " / ".join(f"{fold(v['seconds']):.0f}" for v in record["figures"][key].values())
 
 
+def _evaluate_over_before(record: dict) -> str:
+    """The first checkout's seconds over the last's in an evaluate_time.py result."""
+    checkouts = list(record["figures"]["checkouts"].values())
+    before, today = checkouts[0]["seconds"], checkouts[-1]["seconds"]
+    return (f"{min(before) / min(today):.2f}× / "
+            f"{statistics.median(before) / statistics.median(today):.2f}×")
+
+
 def _same_scores(record: dict) -> str:
     """Whether every checkout of an evaluate_time.py result scored and checked alike."""
     scores = {(v["bleu"], v["chrf"], v["overlap"]["seen_normalized"])
@@ -607,9 +616,12 @@ TABLES = (
         _figure("dev BLEU (chrF) by `nmt evaluate` on an AMX Xeon, greedy, before / today "
                 "float32 / today bfloat16", AMX_DECODING, _bleu_chrf),
         _figure("`nmt evaluate` as a user runs it after `nmt run` (the newest pushed model, the "
-                "training-overlap check), s, f223834 with its own export / 61daa94 / today "
-                "(best of 2 rounds)", "evaluate_time_avx2.json",
+                "training-overlap check), s, f223834 with its own export / 61daa94 / 56fb44c "
+                "(the overlap check's reader) / ba936f1 (Keras 2 from the start) / today (each "
+                "line's sacreBLEU statistics once) (best of 3 rounds)", "evaluate_time_avx2.json",
                 lambda r: _per_model(r, "checkouts") + _same_scores(r)),
+        _figure("the same, f223834's time over today's (the issue #67 goal: 3×), best rounds / "
+                "medians", "evaluate_time_avx2.json", _evaluate_over_before),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "

@@ -16,9 +16,9 @@ DEFAULTS = {
     # them (BENCHMARKS.md, "Training time per step"). 0 keeps Eigen.
     "TF_ENABLE_ONEDNN_OPTS": "1",
     # tf.keras is Keras 2 (tf_keras), which this project, TFT 1.16 and TFMA use. TFT sets it
-    # itself, but only once TensorFlow has loaded, and TensorFlow then imports Keras 3 for
-    # nothing: about a second and a half of every `nmt` command's start on a 2-core EPYC
-    # (docs/benchmarks-history.md, "`nmt evaluate`'s overlap check").
+    # itself, but only once TensorFlow has loaded, and TensorFlow has then imported Keras 3
+    # (and matplotlib) for nothing, at every `nmt` command's start (docs/benchmarks-history.md,
+    # "`nmt evaluate`'s overlap check").
     "TF_USE_LEGACY_KERAS": "1",
 }
 
