@@ -249,9 +249,8 @@ def bfloat16_export(exported_translator, tmp_path_factory) -> str:
 def test_a_bfloat16_export_serves_what_mixed_bfloat16_computes_and_keeps_float32_weights(
         exported_translator, bfloat16_export):
     """decode_precision=bfloat16: the served model's weights are bfloat16 (half the bytes a
-    decoding step reads), its sums are exactly a mixed_bfloat16 forward pass's (the training
-    numerics on a CPU with bfloat16 units), and the float32 weights stay for continued
-    training."""
+    decoding step reads), its sums are a mixed_bfloat16 forward pass's (the training numerics
+    on a CPU with bfloat16 units), and the float32 weights stay for continued training."""
     model, output, hparams, words, _ = exported_translator
     loaded = tf.saved_model.load(bfloat16_export)
     assert {v.dtype for v in loaded.model_variables} == {tf.float32}
@@ -265,10 +264,14 @@ def test_a_bfloat16_export_serves_what_mixed_bfloat16_computes_and_keeps_float32
     # 20 references: one chunk, padded as all_at_once pads them, so the same kernels run.
     got, features = served_sums(loaded, output, words, seed=5, references=20, first=10)
     expected = all_at_once(mixed, features[pp.SOURCE_IDS], features[pp.TARGET_IDS], hparams)
+    # Exactly where the CPU has bfloat16 units. Elsewhere TensorFlow emulates bfloat16, and
+    # the SavedModel's kernels and the eager ones may sum in other orders: an AVX2-only EPYC
+    # differed by one float32 rounding.
+    rounding = 0 if devices.cpu_has_bfloat16_units() else 1e-6
     for key in SUMS:
-        np.testing.assert_array_equal(got[key].numpy(), expected[key])
+        np.testing.assert_allclose(got[key].numpy(), expected[key], rtol=rounding, atol=0)
     float32_sums = all_at_once(model, features[pp.SOURCE_IDS], features[pp.TARGET_IDS], hparams)
-    assert not np.array_equal(got["token_nll"].numpy(), float32_sums["token_nll"])
+    assert not np.allclose(got["token_nll"].numpy(), float32_sums["token_nll"], rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("has_units", [True, False])
