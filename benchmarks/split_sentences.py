@@ -43,7 +43,7 @@ def main() -> None:
     with open(args.reference, encoding="utf-8") as f:
         references = f.read().splitlines()
     hypotheses, sentences = translate_by_sentence(lines, args.model)
-    result = {"model": args.model, "sentences": sentences, **score(hypotheses, [references])}
+    result = {"model": args.model, "sentences": sentences, **score(hypotheses, [references])["all"]}
     if args.hypotheses:
         write_atomically(args.hypotheses, hypotheses)
     results.emit(args.output, "dev-set BLEU of a model exported before sentence splitting, "

@@ -39,25 +39,23 @@ def _subset(items: list, keep: list[bool]) -> list:
 
 
 def score(hypotheses: list[str], references: list[list[str]],
-          parts: dict[str, list[bool]] | None = None) -> dict[str, Any]:
-    """sacreBLEU's corpus BLEU and chrF, with their signatures (None for no lines); with
-    `parts` ({name: the lines it keeps}), {name: the same for those lines}.
+          parts: dict[str, list[bool]] | None = None) -> dict[str, dict[str, Any]]:
+    """{part: sacreBLEU's corpus BLEU and chrF of its lines, with their signatures (None for
+    no lines)}; `parts` maps a name to the lines it keeps (default: {"all": every line}).
 
     sacreBLEU's statistics of each line are extracted once, and a part's scores computed from
     the sums over its lines, as sacreBLEU's `corpus_score` computes a corpus's: scoring every
     part anew extracted most lines' twice. The signatures are the whole test set's."""
-    kept = parts or {"all": [True] * len(hypotheses)}
-    if not hypotheses:
-        scores = {name: {"lines": 0, "bleu": None, "chrf": None} for name in kept}
-        return scores if parts else scores["all"]
+    parts = parts or {"all": [True] * len(hypotheses)}
     metrics = {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF()}
     statistics = {}
-    for name, metric in metrics.items():
-        # pylint: disable=protected-access
-        metric._check_corpus_score_args(hypotheses, references)
-        statistics[name] = metric._extract_corpus_statistics(hypotheses, references)
+    if hypotheses:
+        for name, metric in metrics.items():
+            # pylint: disable=protected-access
+            metric._check_corpus_score_args(hypotheses, references)
+            statistics[name] = metric._extract_corpus_statistics(hypotheses, references)
     scores = {}
-    for part, keep in kept.items():
+    for part, keep in parts.items():
         lines = sum(keep)
         scores[part] = {"lines": lines, **{
             name: metric._aggregate_and_compute(  # pylint: disable=protected-access
@@ -66,7 +64,7 @@ def score(hypotheses: list[str], references: list[list[str]],
         if lines:
             scores[part].update({f"{name}_signature": metric.get_signature().format()
                                  for name, metric in metrics.items()})
-    return scores if parts else scores["all"]
+    return scores
 
 
 def score_parts(hypotheses: list[str], test_set: EvaluationSet,

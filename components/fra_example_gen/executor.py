@@ -20,7 +20,7 @@ from tfx.components.example_gen import utils
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 from tfx.types import artifact_utils, standard_component_specs
 
-from components.fra_example_gen import fingerprint, parser, references, source, spans
+from components.fra_example_gen import fingerprint, parser, records, references, source, spans
 
 _LOG = logging.getLogger(__name__)
 
@@ -78,8 +78,8 @@ def to_example(english: str, refs: list[tuple[Any, str]]) -> tf.train.Example:
     """All kept French references of one English sentence, in (position) order."""
     example = tf.train.Example()
     features = example.features.feature
-    features["english"].bytes_list.value.append(english.encode("utf-8"))
-    french = features["french"].bytes_list
+    features[records.ENGLISH_FEATURE].bytes_list.value.append(english.encode("utf-8"))
+    french = features[records.FRENCH_FEATURE].bytes_list
     french.SetInParent()  # present even when empty, as before
     french.value.extend([text.encode("utf-8") for _, text in sorted(refs)])
     return example

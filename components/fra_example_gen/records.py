@@ -3,7 +3,7 @@
 TensorFlow only, no Beam or TFX, so that `nmt evaluate` reads its model's training sentences
 (the training-overlap check) without loading them. The records are parsed a batch at a time in
 TensorFlow's own parser: one by one in Python took most of `nmt evaluate`'s time on fra.txt's
-train split (docs/benchmarks-history.md, "The overlap check").
+train split (docs/benchmarks-history.md, "`nmt evaluate`'s overlap check").
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 
 import tensorflow as tf
 
+# The features ExampleGen writes (executor.to_example).
 ENGLISH_FEATURE, FRENCH_FEATURE = "english", "french"
 # Records parsed at once: about a megabyte of fra.txt's sentences.
 _BATCH = 4096
