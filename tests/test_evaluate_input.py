@@ -3,6 +3,9 @@ and line, before any model loads and with nothing written; and the overlap check
 normalization and counts on a fixture with known seen lines."""
 from __future__ import annotations
 
+import sys
+import unicodedata
+
 import pytest
 
 from cli import errors
@@ -108,6 +111,21 @@ def test_normalization_joins_case_punctuation_and_spacing_not_words():
     assert overlap.normalize("Où est-il ?") == overlap.normalize("où est il")
     assert overlap.normalize("He is not in.") != overlap.normalize("He's not in.")
     assert overlap.normalize("Tom is tall.") != overlap.normalize("Tom was tall.")
+
+
+def test_normalization_of_every_unicode_punctuation_and_space_character():
+    # Those NFKC keeps (it makes some, such as U+2017, a space and a combining mark).
+    punctuation = [chr(c) for c in range(sys.maxunicode + 1)
+                   if unicodedata.category(chr(c)).startswith("P")
+                   and unicodedata.normalize("NFKC", chr(c)) == chr(c)]
+    apostrophes = {"'", "\u2019", "\u2018"}
+    for c in punctuation:
+        assert overlap.normalize(f"a{c}b") == ("ab" if c in apostrophes else "a b"), hex(ord(c))
+    # The modifier letter apostrophe and the backtick are not category P: dropped all the same.
+    assert overlap.normalize("don\u02bct won`t") == "dont wont"
+    spaces = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+    assert overlap.normalize(f"{spaces}A{spaces}B{spaces}") == "a b"
+    assert overlap.normalize("\ufb01ne STRASSE") == overlap.normalize("fine stra\u00dfe")
 
 
 def test_overlap_counts_on_known_seen_lines():
