@@ -13,8 +13,9 @@ a changed export. Each result records `decoding_code`, the fingerprint of the co
 checkout's: a change to that code is not done until its decoding speed is measured.
 
 With --side-by-side, the process is set up as `nmt translate` sets up its own
-(`translate.serve_side_by_side`: one thread per op) and sends as many requests at once as it
-has cores, as concurrent clients of a model server set that way would.
+(`translate.serve_side_by_side`: one thread per op; `translate.skip_graph_optimization`) and
+sends as many requests at once as it has cores, as concurrent clients of a model server set
+that way would.
 With --batch-one-lines, also one sentence per request; with --reference, `nmt evaluate` on
 the whole source; with --peak-memory-lines, each model's serving process's peak memory. Every
 model after the first is compared with it line by line (its outputs that differ).
@@ -112,7 +113,10 @@ def _evaluate(model_dir: str, source: str, reference: str) -> dict:
 # this process's is that of every model it loaded.
 _PEAK = """import sys
 from inference import translate
-at_once = translate.serve_side_by_side() if sys.argv[4] == "side by side" else 1
+at_once = 1
+if sys.argv[4] == "side by side":
+    at_once = translate.serve_side_by_side()
+    translate.skip_graph_optimization()
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines()[:int(sys.argv[3]) or None]
 translate.translate(lines, sys.argv[1], by_length=False, requests_at_once=at_once)
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))"""
@@ -204,7 +208,10 @@ def main() -> None:
     parser.add_argument("--output", default="translate_speed.json",
                         help="a result file (a bare name: in benchmarks/results/)")
     args = parser.parse_args()
-    requests_at_once = translate.serve_side_by_side() if args.side_by_side else 1
+    requests_at_once = 1
+    if args.side_by_side:  # as `nmt translate` sets its process up
+        requests_at_once = translate.serve_side_by_side()
+        translate.skip_graph_optimization()
     with open(args.source, encoding="utf-8") as f:
         sentences = f.read().splitlines()[:args.lines or None]
     model_dirs = [translate.resolve_model_dir(m) for m in args.model]

@@ -60,6 +60,18 @@ def serve_side_by_side() -> int:
     return cores
 
 
+def skip_graph_optimization() -> None:
+    """Sets this process's TensorFlow to run the signatures' graphs as exported, without
+    Grappler's graph optimizations. They took most of a signature's first call here, to no
+    gain: decoding the dev set with and without them gave the same translations, no slower
+    without (docs/benchmarks-history.md, "Grappler off in `nmt`'s own serving"). TF Serving
+    and the Evaluator keep them (TF Serving's warm-up requests pay the first call there).
+    """
+    import tensorflow as tf
+
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
 def exported_beam_width(model_dir: str) -> int:
     """The width the model's beam_search signature was exported with."""
     import tensorflow as tf

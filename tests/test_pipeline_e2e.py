@@ -20,7 +20,7 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components.fra_example_gen.records import read_split
-from helpers import (SMOKE_TRAIN_STEPS, TF_SERVING_2_12_TEXT_OPS, checkpoint_steps,
+from helpers import (REPO, SMOKE_TRAIN_STEPS, TF_SERVING_2_12_TEXT_OPS, checkpoint_steps,
                      latest_artifact, nmt_translate, open_store, ops_core_tensorflow_lacks,
                      serving_dir, versions)
 from test_logs import NOISE
@@ -199,6 +199,26 @@ def test_translate_arguments_and_stdin_agree(smoke_run):
     lines = by_args.stdout.decode().splitlines()
     assert len(lines) == 2 and all(lines)
     assert by_stdin.stdout.decode().splitlines() == lines
+
+
+def test_translate_runs_the_signature_as_exported_without_grappler(smoke_run):
+    """`nmt translate` skips Grappler (translate.skip_graph_optimization); a process that
+    loads the same model with TensorFlow's defaults optimizes the signature's graph, so the
+    log line looked for is there to see."""
+    grappler_log = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0",
+                    "TF_CPP_VMODULE": "meta_optimizer=1"}
+    optimized = "Starting optimization for grappler item: __inference_signature_wrapper_serve"
+    defaults = subprocess.run(
+        [sys.executable, "-c", "import sys, tensorflow as tf, tensorflow_text; "
+         "tf.saved_model.load(sys.argv[1]).signatures['serving_default'](tf.constant(['Hi.']))",
+         pushed_path(smoke_run)], env=grappler_log, capture_output=True, text=True, timeout=300)
+    assert defaults.returncode == 0, defaults.stderr[-3000:]
+    assert optimized in defaults.stderr
+    done = subprocess.run([sys.executable, "-m", "cli", "translate", "--pipeline-root",
+                           smoke_run.root, "I am hungry."], env=grappler_log, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr[-3000:]
+    assert optimized not in done.stderr
 
 
 # 90 words, one sentence, no clause of more than the smoke model's 32 tokens.
