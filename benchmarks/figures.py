@@ -310,6 +310,12 @@ XEON_EVALUATOR = "evaluator_time_xeon.json"
 # time; the Evaluator with each checkout's code and export.
 AMX_DECODING = "translate_speed_one_at_a_time_amx.json"
 AMX_EVALUATOR = "evaluator_time_amx.json"
+# And on an Intel Xeon with AVX-512 bfloat16 instructions but no AMX, one sitting, from a `make
+# run`'s weights there (float32 by its probe): f223834's export and today's, side by side as
+# `nmt translate` sets its process up (today's: without Grappler); `nmt evaluate` as a user runs
+# it with f223834's code and export, 7257a38's code and today's.
+BF16_XEON_SIDE_BY_SIDE = "translate_speed_side_by_side_xeon_bf16.json"
+BF16_XEON_EVALUATE = "evaluate_time_xeon_bf16.json"
 # Dev-set BLEU of today's export decoding in bfloat16 against float32, paired bootstrap.
 DECODE_PRECISION_BLEU = "decode_precision_paired_epyc_bf16.json"
 # The Evaluator: f223834's code and export, 90671de's code (the merged batches) with
@@ -407,6 +413,19 @@ def _xeon_variants(record: dict) -> list[dict]:
              "before_side": max(before_side[name]["sentences_per_second"]),
              "today_side": max(today_side[name]["sentences_per_second"]),
              "differ": f"{figures[differ]} / {today_side[name][differ]}",
+             "sentences": figures["sentences"]}
+            for name, figures in today.items()]
+
+
+def _before_today_rows(record: dict) -> list[dict]:
+    """A translate_speed.py result of two models, before's export and today's, as rows: their
+    best sentences per second, today's outputs that differ, and the first requests' seconds."""
+    before, today = list(record["figures"]["models"].values())[:2]
+    return [{"variant": name, "before": max(before[name]["sentences_per_second"]),
+             "today": max(figures["sentences_per_second"]),
+             "differ": figures["outputs_differing_from_the_first_model"],
+             "first": f"{min(before[name]['first_request_seconds']):.1f} / "
+                      f"{min(figures['first_request_seconds']):.1f}",
              "sentences": figures["sentences"]}
             for name, figures in today.items()]
 
@@ -622,6 +641,15 @@ TABLES = (
                 lambda r: _per_model(r, "checkouts") + _same_scores(r)),
         _figure("the same, f223834's time over today's (the issue #67 goal: 3×), best rounds / "
                 "medians", "evaluate_time_avx2.json", _evaluate_over_before),
+        _figure("`nmt evaluate` on the dev set on a bfloat16 Xeon without AMX (requests side by "
+                "side, no overlap check), s, before's export / today's (best of 2 rounds)",
+                BF16_XEON_SIDE_BY_SIDE, lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("`nmt evaluate` as a user runs it after `nmt run` on that Xeon, s, f223834 with "
+                "its own export / 7257a38 / today (Grappler off, the overlap check's "
+                "normalization in C) (best of 3 rounds)", BF16_XEON_EVALUATE,
+                lambda r: _per_model(r, "checkouts") + _same_scores(r)),
+        _figure("the same, f223834's time over today's (the issue #67 goal: 3×), best rounds / "
+                "medians", BF16_XEON_EVALUATE, _evaluate_over_before),
         _figure("the Evaluator, s, sacreBLEU's statistics for each slice / once per example",
                 EVALUATOR_STATISTICS, lambda r: _per_model(r, "models")),
         _figure("the Trainer's export of the default recipe's weights, s, before / today (median "
@@ -697,6 +725,15 @@ TABLES = (
               "{item[before_side]:.1f}", "{item[today_side]:.1f}",
               lambda r: f"{r['item']['today_side'] / r['item']['before_side']:.2f}×",
               "{item[differ]}", "{item[sentences]:,}"), items=_xeon_variants),)),
+    Table("decoding-bfloat16-xeon", (
+        "variant", "before (f223834), side by side, sentences/s", "today float32",
+        "today over before", "outputs that differ from before's",
+        "first request, s, before / today", "lines"),
+          (Row(BF16_XEON_SIDE_BY_SIDE, (
+              "{item[variant]}", "{item[before]:.1f}", "{item[today]:.1f}",
+              lambda r: f"{r['item']['today'] / r['item']['before']:.2f}×",
+              "{item[differ]}", "{item[first]}", "{item[sentences]:,}"),
+               items=_before_today_rows),)),
     Table("decoding-amx", (
         "variant", "before (f223834), sentences/s", "today float32", "today bfloat16",
         "float32 over before", "bfloat16 over before",
