@@ -185,10 +185,11 @@ def versions(root: str) -> list[str]:
     return sorted(os.listdir(serving_dir(root))) if os.path.isdir(serving_dir(root)) else []
 
 
-def nmt_translate(root: str, *args: str, stdin: bytes | None = None):
+def nmt_translate(root: str, *args: str, stdin: bytes | None = None,
+                  env: dict[str, str] | None = None):
     return subprocess.run([sys.executable, "-m", "cli", "translate", "--pipeline-root",
                            root, *args], cwd=REPO, input=stdin, capture_output=True,
-                          timeout=300)
+                          timeout=300, env=env)
 
 
 def split_records(examples_uri: str) -> dict[str, list[bytes]]:
