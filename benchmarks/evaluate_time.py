@@ -91,7 +91,8 @@ def main() -> None:
                      "pipeline_root": args.pipeline_root, "source": args.source,
                      "rounds": args.rounds,
                      "checkouts": {
-                         results.commit(checkout): {
+                         # a checkout's commit, with its export: one commit may run two
+                         " ".join((results.commit(checkout), *([export] if export else []))): {
                              "export": export, "seconds": seconds[checkout],
                              "sentences_per_second": outputs[checkout]["sentences_per_second"],
                              "bleu": outputs[checkout]["scores"]["all"]["bleu"],

@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 
-from tfx.components import Evaluator
 from tfx.dsl.components.common.importer import Importer
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
@@ -34,7 +33,7 @@ from tfx.types import standard_artifacts
 from benchmarks import results
 from metadata import artifacts
 from pipeline.config import DEFAULT_BEAM_ARGS
-from pipeline.eval_config import evaluator_args
+from pipeline.eval_config import make_evaluator
 from runners import interpreter, local_runner
 
 
@@ -47,8 +46,8 @@ def evaluator_seconds(examples_uri: str, model_uri: str, root: str) -> tuple[flo
                         properties={"split_names": json.dumps(splits)}).with_id("examples")
     model = Importer(source_uri=model_uri, artifact_type=standard_artifacts.Model
                      ).with_id("model")
-    evaluator = Evaluator(examples=examples.outputs["result"], model=model.outputs["result"],
-                          **evaluator_args(0.0, 100.0))
+    evaluator = make_evaluator(examples.outputs["result"], model.outputs["result"], None,
+                               min_bleu=0.0, max_drop=100.0)
     pipeline = Pipeline(
         pipeline_name="evaluator-time", pipeline_root=root,
         components=[examples, model, evaluator], enable_cache=False,

@@ -316,6 +316,12 @@ AMX_EVALUATOR = "evaluator_time_amx.json"
 # it with f223834's code and export, 7257a38's code and today's.
 BF16_XEON_SIDE_BY_SIDE = "translate_speed_side_by_side_xeon_bf16.json"
 BF16_XEON_EVALUATE = "evaluate_time_xeon_bf16.json"
+# The AMX Xeon again, a later sitting, from another `make run`'s weights there: f223834's
+# export, today's float32 and bfloat16 ones side by side as `nmt translate` sets its process
+# up; the Evaluator with each checkout's code and export (today's: its model without Grappler).
+AMX_SIDE_BY_SIDE = "translate_speed_side_by_side_amx.json"
+AMX_EVALUATOR_GRAPPLER = "evaluator_time_grappler_amx.json"
+AMX_EVALUATE = "evaluate_time_amx.json"  # f223834, today float32, today bfloat16
 # Dev-set BLEU of today's export decoding in bfloat16 against float32, paired bootstrap.
 DECODE_PRECISION_BLEU = "decode_precision_paired_epyc_bf16.json"
 # The Evaluator: f223834's code and export, 90671de's code (the merged batches) with
@@ -430,6 +436,22 @@ def _before_today_rows(record: dict) -> list[dict]:
             for name, figures in today.items()]
 
 
+def _three_exports_rows(record: dict) -> list[dict]:
+    """_export_rows of before's export, today's float32 and bfloat16 ones, with each one's
+    first request's seconds."""
+    models = list(record["figures"]["models"].values())[:3]
+    return [{**row, "first": " / ".join(
+        f"{min(model[row['variant']]['first_request_seconds']):.1f}" for model in models)}
+        for row in _export_rows(record, ("before", "float32", "bfloat16"))]
+
+
+def _over_first_model(record: dict) -> str:
+    """Each later model's best Evaluator time over the first's, in an evaluator_time.py
+    result."""
+    models = [min(v["seconds"]) for v in record["figures"]["models"].values()]
+    return " / ".join(f"{today / models[0]:.2f}" for today in models[1:])
+
+
 def _stages(record: dict) -> list[dict]:
     """A serving_profile.py result's stages, with their share of the greedy signature."""
     seconds = record["figures"]["seconds"]
@@ -444,10 +466,11 @@ def _per_model(record: dict, key: str, fold: Callable = min) -> str:
     return " / ".join(f"{fold(v['seconds']):.0f}" for v in record["figures"][key].values())
 
 
-def _evaluate_over_before(record: dict) -> str:
-    """The first checkout's seconds over the last's in an evaluate_time.py result."""
+def _evaluate_over_before(record: dict, today: int = -1) -> str:
+    """The first checkout's seconds over checkout `today`'s (by default the last) in an
+    evaluate_time.py result, best rounds / medians."""
     checkouts = list(record["figures"]["checkouts"].values())
-    before, today = checkouts[0]["seconds"], checkouts[-1]["seconds"]
+    before, today = checkouts[0]["seconds"], checkouts[today]["seconds"]
     return (f"{min(before) / min(today):.2f}× / "
             f"{statistics.median(before) / statistics.median(today):.2f}×")
 
@@ -634,6 +657,23 @@ TABLES = (
                 lambda r: _per_model(r, "nmt_evaluate")),
         _figure("dev BLEU (chrF) by `nmt evaluate` on an AMX Xeon, greedy, before / today "
                 "float32 / today bfloat16", AMX_DECODING, _bleu_chrf),
+        _figure("the Evaluator in `make run`'s setting on an AMX Xeon, later, s, before / today "
+                "float32 / today bfloat16 (the model without Grappler; best of 2 rounds)",
+                AMX_EVALUATOR_GRAPPLER, lambda r: _per_model(r, "models")),
+        _figure("the same, today's time over before's (the issue #67 goal: at most 0.5), float32 "
+                "/ bfloat16", AMX_EVALUATOR_GRAPPLER, _over_first_model),
+        _figure("`nmt evaluate` on the dev set on that AMX Xeon, later (requests side by side, no "
+                "overlap check), s, before's export / today float32 / today bfloat16 (best of 2 "
+                "rounds)", AMX_SIDE_BY_SIDE, lambda r: _per_model(r, "nmt_evaluate")),
+        _figure("dev BLEU (chrF) by `nmt evaluate` there, greedy, before / today float32 / today "
+                "bfloat16", AMX_SIDE_BY_SIDE, _bleu_chrf),
+        _figure("`nmt evaluate` as a user runs it after `nmt run` on that AMX Xeon, later, s, "
+                "f223834 with its own export / today float32 / today bfloat16 (best of 3 "
+                "rounds)", AMX_EVALUATE, lambda r: _per_model(r, "checkouts")),
+        _figure("the same, f223834's time over today's float32 (the issue #67 goal: 3×), best "
+                "rounds / medians", AMX_EVALUATE, lambda r: _evaluate_over_before(r, 1)),
+        _figure("the same over today's bfloat16", AMX_EVALUATE,
+                lambda r: _evaluate_over_before(r, 2)),
         _figure("`nmt evaluate` as a user runs it after `nmt run` (the newest pushed model, the "
                 "training-overlap check), s, f223834 with its own export / 61daa94 / 56fb44c "
                 "(the overlap check's reader) / ba936f1 (Keras 2 from the start) / today (each "
@@ -745,6 +785,18 @@ TABLES = (
               lambda r: f"{r['item']['bfloat16'] / r['item']['before']:.2f}×",
               "{item[differ]}", "{item[sentences]:,}"),
                items=lambda r: _export_rows(r, ("before", "float32", "bfloat16"))),)),
+    Table("decoding-amx-side-by-side", (
+        "variant", "before (f223834), side by side, sentences/s", "today float32",
+        "today bfloat16", "float32 over before", "bfloat16 over before",
+        "outputs that differ from before's, float32 / bfloat16",
+        "first request, s, before / float32 / bfloat16", "lines"),
+          (Row(AMX_SIDE_BY_SIDE, (
+              "{item[variant]}", "{item[before]:.1f}", "{item[float32]:.1f}",
+              "{item[bfloat16]:.1f}",
+              lambda r: f"{r['item']['float32'] / r['item']['before']:.2f}×",
+              lambda r: f"{r['item']['bfloat16'] / r['item']['before']:.2f}×",
+              "{item[differ]}", "{item[first]}", "{item[sentences]:,}"),
+               items=_three_exports_rows),)),
     Table("decoding-side-by-side", (
         "variant", "before (f223834), sentences/s", "today float32", "today bfloat16",
         "today float32 over before", "today float32 over one request at a time", "lines"),

@@ -13,7 +13,7 @@ a changed export. Each result records `decoding_code`, the fingerprint of the co
 checkout's: a change to that code is not done until its decoding speed is measured.
 
 With --side-by-side, the process is set up as `nmt translate` sets up its own
-(`translate.serve_side_by_side`: one thread per op; `translate.skip_graph_optimization`) and
+(`translate.set_up_serving`: one thread per op, the graphs without Grappler) and
 sends as many requests at once as it has cores, as concurrent clients of a model server set
 that way would.
 With --batch-one-lines, also one sentence per request; with --reference, `nmt evaluate` on
@@ -49,7 +49,7 @@ REQUEST_BATCH = 64
 DECODING_CODE = ("trainer_module/model.py", "trainer_module/positions.py",
                  "trainer_module/decoding.py",
                  "trainer_module/export.py", "trainer_module/segmentation.py",
-                 "inference/translate.py")
+                 "inference/translate.py", "components/graph_optimization.py")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -115,8 +115,7 @@ _PEAK = """import sys
 from inference import translate
 at_once = 1
 if sys.argv[4] == "side by side":
-    at_once = translate.serve_side_by_side()
-    translate.skip_graph_optimization()
+    at_once = translate.set_up_serving()
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines()[:int(sys.argv[3]) or None]
 translate.translate(lines, sys.argv[1], by_length=False, requests_at_once=at_once)
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))"""
@@ -210,8 +209,7 @@ def main() -> None:
     args = parser.parse_args()
     requests_at_once = 1
     if args.side_by_side:  # as `nmt translate` sets its process up
-        requests_at_once = translate.serve_side_by_side()
-        translate.skip_graph_optimization()
+        requests_at_once = translate.set_up_serving()
     with open(args.source, encoding="utf-8") as f:
         sentences = f.read().splitlines()[:args.lines or None]
     model_dirs = [translate.resolve_model_dir(m) for m in args.model]

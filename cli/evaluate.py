@@ -94,8 +94,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     from inference import evaluate
     from inference import translate  # heavy (TF): only when needed
 
-    requests_at_once = translate.serve_side_by_side()  # before TensorFlow starts
-    translate.skip_graph_optimization()
+    requests_at_once = translate.set_up_serving()  # before TensorFlow starts
     serving_dir = args.model or config_lib.PipelineConfig(
         data_path="", pipeline_name=args.pipeline_name,
         pipeline_root=pipeline_root(args)).serving_dir

@@ -23,8 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def translate_command(args: argparse.Namespace) -> int:
     from inference import translate  # heavy (TF): only when needed
 
-    requests_at_once = translate.serve_side_by_side()  # before TensorFlow starts
-    translate.skip_graph_optimization()
+    requests_at_once = translate.set_up_serving()  # before TensorFlow starts
     serving_dir = args.model or config_lib.PipelineConfig(
         data_path="", pipeline_name=args.pipeline_name,
         **({"pipeline_root": args.pipeline_root} if args.pipeline_root else {})).serving_dir

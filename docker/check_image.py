@@ -15,9 +15,9 @@ import sys
 # --executor_class_path values of the kfp, vertex and vertex --trainer-workers specs.
 EXECUTOR_CLASSES = (
     "components.atomic_pusher.Executor",
+    "components.evaluator_executor.Executor",
     "components.fra_example_gen.executor.Executor",
     "components.strict_example_validator.Executor",
-    "tfx.components.evaluator.executor.Executor",
     "tfx.components.schema_gen.import_schema_gen.executor.Executor",
     "tfx.components.statistics_gen.executor.Executor",
     "tfx.components.trainer.executor.GenericExecutor",

@@ -8,6 +8,8 @@ import sys
 import unicodedata
 from typing import Callable, Iterable, Iterator
 
+from components.graph_optimization import skip_graph_optimization
+
 _LOG = logging.getLogger(__name__)
 # Sentences per request, one request at a time: the signature decodes a request's sentences
 # in sub-batches of export.DECODE_ROWS rows (256 greedily), which only fill when requests are
@@ -60,16 +62,13 @@ def serve_side_by_side() -> int:
     return cores
 
 
-def skip_graph_optimization() -> None:
-    """Sets this process's TensorFlow to run the signatures' graphs as exported, without
-    Grappler's graph optimizations. They took most of a signature's first call here, to no
-    gain: decoding the dev set with and without them gave the same translations, no slower
-    without (docs/benchmarks-history.md, "Grappler off in `nmt`'s own serving"). TF Serving
-    and the Evaluator keep them (TF Serving's warm-up requests pay the first call there).
-    """
-    import tensorflow as tf
-
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+def set_up_serving() -> int:
+    """Sets this process up as `nmt translate` and `nmt evaluate` serve: requests side by
+    side (`serve_side_by_side`), the graphs as exported (`skip_graph_optimization`). Call it
+    before TensorFlow starts. Returns how many requests to send at once."""
+    requests_at_once = serve_side_by_side()
+    skip_graph_optimization()
+    return requests_at_once
 
 
 def exported_beam_width(model_dir: str) -> int:

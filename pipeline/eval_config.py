@@ -4,8 +4,11 @@ from __future__ import annotations
 import json
 
 import tensorflow_model_analysis as tfma
+from tfx.components import Evaluator
+from tfx.dsl.components.base import executor_spec
+from tfx.types import BaseChannel
 
-from components import eval_batches
+from components import eval_batches, evaluator_executor
 from components.tfma_metrics import CORPUS_BLEU_1REF_NAME, CORPUS_CHRF_1REF_NAME
 from trainer_module.export import EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE, TRANSLATION
 from transform_module.preprocessing import FRENCH, LENGTH_BUCKET
@@ -32,7 +35,9 @@ def make_eval_config(min_bleu: float, max_drop: float) -> tfma.EvalConfig:
                                             absolute={"value": -max_drop})
     single = {"max_references": 1}
     return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(signature_name=EXAMPLES_SIGNATURE, label_key=FRENCH,
+        # model_type: without it, TFMA loads the model once more to see whether it is Keras.
+        model_specs=[tfma.ModelSpec(model_type=tfma.TF_GENERIC,
+                                    signature_name=EXAMPLES_SIGNATURE, label_key=FRENCH,
                                     prediction_key=TRANSLATION,
                                     preprocessing_function_names=[TRANSFORM_SIGNATURE])],
         slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=[LENGTH_BUCKET])],
@@ -58,10 +63,15 @@ def _overall(threshold: tfma.MetricThreshold) -> list[tfma.PerSliceMetricThresho
     return [tfma.PerSliceMetricThreshold(slicing_specs=[tfma.SlicingSpec()], threshold=threshold)]
 
 
-def evaluator_args(min_bleu: float, max_drop: float) -> dict:
-    """The Evaluator's arguments besides its inputs, as the pipeline gives them (and
-    benchmarks/evaluator_time.py, to time it as `make run` runs it): make_eval_config's
-    measures and gate, and components/eval_batches.py, which merges TFMA's input into large
-    model calls."""
-    return {"eval_config": make_eval_config(min_bleu, max_drop),
-            "module_path": eval_batches.__name__}
+def make_evaluator(examples: BaseChannel, model: BaseChannel,
+                   baseline_model: BaseChannel | None, min_bleu: float, max_drop: float
+                   ) -> Evaluator:
+    """TFX's Evaluator as the pipeline runs it (and benchmarks/evaluator_time.py, to time it
+    as `make run` runs it): make_eval_config's measures and gate; components/eval_batches.py,
+    which merges TFMA's input into large model calls; components/evaluator_executor.py, which
+    runs the model's graphs without Grappler."""
+    evaluator = Evaluator(examples=examples, model=model, baseline_model=baseline_model,
+                          eval_config=make_eval_config(min_bleu, max_drop),
+                          module_path=eval_batches.__name__)
+    evaluator.executor_spec = executor_spec.BeamExecutorSpec(evaluator_executor.Executor)
+    return evaluator

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 from ml_metadata.proto import metadata_store_pb2
 # The modules behind `tfx.v1`'s names: `from tfx import v1` also imports every extension,
 # google-cloud-aiplatform among them, which adds ~5 s to each `nmt run` that never uses it.
-from tfx.components import Evaluator, StatisticsGen, Trainer, Transform
+from tfx.components import StatisticsGen, Trainer, Transform
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.dsl.components.common.resolver import Resolver
 from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import \
@@ -21,7 +21,7 @@ from components.fra_example_gen.component import FraTxtExampleGen
 from components.served_model import ServedModel
 from components.strict_example_validator import StrictExampleValidator
 from pipeline.config import TRAINER_MODULE, TRANSFORM_MODULE
-from pipeline.eval_config import evaluator_args
+from pipeline.eval_config import make_evaluator
 from pipeline.stats_options import make_stats_options
 
 PREPROCESSING_FN = f"{TRANSFORM_MODULE}.preprocessing_fn"
@@ -91,11 +91,11 @@ def create_pipeline(
         model=Channel(type=standard_artifacts.Model),
         model_blessing=Channel(type=standard_artifacts.ModelBlessing),
     ).with_id("latest_blessed_model_resolver")
-    evaluator = Evaluator(
+    evaluator = make_evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
         baseline_model=(latest_blessed_model.outputs["model"]
                         if compare_with_latest_blessed else None),
-        **evaluator_args(min_bleu, max_metric_drop))
+        min_bleu=min_bleu, max_drop=max_metric_drop)
     pusher = AtomicPusher(
         model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(

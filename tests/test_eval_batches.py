@@ -52,3 +52,17 @@ def test_the_evaluator_runs_tfmas_default_extractors_after_the_merge():
     assert extractors[0].stage_name == "MergeInputBatches"
     assert [e.stage_name for e in extractors[1:]] == [
         e.stage_name for e in tfma.default_extractors(eval_config=config)]
+
+
+def test_tfma_takes_the_model_type_from_the_config_instead_of_loading_the_model_to_guess(
+        tmp_path):
+    """Without a model_type, TFMA loads the model with Keras once more, only to see whether it
+    is Keras (seconds of every Evaluator run): given a Keras model, it would say Keras."""
+    import tf_keras
+    from tensorflow_model_analysis.utils import model_util
+
+    keras_model = str(tmp_path / "keras")
+    tf_keras.Sequential([tf_keras.Input((1,)), tf_keras.layers.Dense(1)]).save(keras_model)
+    assert model_util.get_model_type(None, keras_model) == tfma.TF_KERAS  # it does load it
+    spec = make_eval_config(0.0, 1.0).model_specs[0]
+    assert model_util.get_model_type(spec, keras_model) == tfma.TF_GENERIC

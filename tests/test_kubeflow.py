@@ -24,7 +24,7 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from components import eval_batches
+from components import eval_batches, evaluator_executor
 from conftest import REPO
 from helpers import send_json
 from runners import kfp_client
@@ -305,6 +305,14 @@ def test_the_evaluator_merges_its_input_into_large_batches_in_the_image_too(spec
     parameters = spec.root.dag.tasks["Evaluator"].inputs.parameters
     assert parameters["module_path"].runtime_value.constant.string_value == \
         eval_batches.__name__
+
+
+def test_the_evaluators_task_runs_the_evaluator_without_grappler(spec):
+    """The image's Evaluator runs the pipeline's executor (components/evaluator_executor.py),
+    not TFX's own."""
+    args = list(executors(spec)[executor_label(spec, "Evaluator")].container.args)
+    assert args[args.index("--executor_class_path") + 1] == \
+        f"{evaluator_executor.__name__}.{evaluator_executor.Executor.__name__}"
 
 
 def test_trainer_steps_and_profile_are_runtime_parameters(spec):

@@ -20,7 +20,7 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components.fra_example_gen.records import read_split
-from helpers import (SMOKE_TRAIN_STEPS, TF_SERVING_2_12_TEXT_OPS, checkpoint_steps,
+from helpers import (REPO, SMOKE_TRAIN_STEPS, TF_SERVING_2_12_TEXT_OPS, checkpoint_steps,
                      latest_artifact, nmt_translate, open_store, ops_core_tensorflow_lacks,
                      serving_dir, versions)
 from test_logs import NOISE
@@ -202,7 +202,7 @@ def test_translate_arguments_and_stdin_agree(smoke_run):
 
 
 def test_translate_runs_the_signature_as_exported_without_grappler(smoke_run):
-    """`nmt translate` skips Grappler (translate.skip_graph_optimization); a process that
+    """`nmt translate` skips Grappler (graph_optimization.skip_graph_optimization); a process that
     loads the same model with TensorFlow's defaults optimizes the signature's graph, so the
     log line looked for is there to see."""
     grappler_log = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0",
@@ -217,6 +217,33 @@ def test_translate_runs_the_signature_as_exported_without_grappler(smoke_run):
     done = nmt_translate(smoke_run.root, "I am hungry.", env=grappler_log)
     assert done.returncode == 0 and done.stdout.strip(), done.stderr[-3000:]
     assert optimized not in done.stderr.decode()
+
+
+_EVALUATOR_THEN_A_CALL = """import sys
+import tensorflow as tf
+import tensorflow_text
+from benchmarks.evaluator_time import evaluator_seconds
+examples, model, root = sys.argv[1:]
+print(evaluator_seconds(examples, model, root)[1]["overall"]["bleu"], flush=True)
+print("== the Evaluator ended ==", file=sys.stderr, flush=True)
+tf.saved_model.load(model + "/Format-Serving").signatures["serving_default"](tf.constant(["Hi."]))
+"""
+
+
+def test_the_evaluator_runs_the_model_without_grappler_and_sets_it_back(smoke_run, tmp_path):
+    """The pipeline's Evaluator (components/evaluator_executor.py) evaluates with no graph
+    through Grappler; once it has ended, the process's TensorFlow optimizes graphs again, so
+    the log line looked for is there to see after it."""
+    model = latest_artifact(open_store(smoke_run.root), "Model", "Trainer").uri
+    done = subprocess.run(
+        [sys.executable, "-c", _EVALUATOR_THEN_A_CALL, smoke_run.examples_uri, model,
+         str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "meta_optimizer=1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert math.isfinite(float(done.stdout.split()[-1]))  # the Evaluator scored the model
+    during, after = done.stderr.split("== the Evaluator ended ==")
+    assert "Starting optimization for grappler item" not in during
+    assert "Starting optimization for grappler item: __inference_signature_wrapper_serve" in after
 
 
 # 90 words, one sentence, no clause of more than the smoke model's 32 tokens.
