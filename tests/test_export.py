@@ -275,6 +275,25 @@ def test_a_bfloat16_export_serves_what_mixed_bfloat16_computes_and_keeps_float32
 
 
 @pytest.mark.parametrize("has_units", [True, False])
+def test_auto_decode_precision_is_a_probe_of_the_model_where_the_cpu_has_bfloat16_units(
+        model, monkeypatch, caplog, has_units):
+    """decode_precision "auto": on a CPU with bfloat16 units the probe times the model's own
+    decoding steps in both precisions (emulated where the units are only pretended), and the
+    export decodes with what it chose; without units, float32 and no probe."""
+    monkeypatch.setattr(devices, "cpu_has_bfloat16_units", lambda: has_units)
+    with caplog.at_level(logging.INFO, logger="trainer_module.export"):
+        decoder = export.decoding_copy(model, "auto")
+    [said] = [r.getMessage() for r in caplog.records if "decodes with" in r.getMessage()]
+    if not has_units:
+        assert decoder is model and "no bfloat16 units" in said
+        return
+    assert "a probe decoded with them" in said
+    chose_bfloat16 = said.startswith("The exported model decodes with bfloat16 weights")
+    assert (decoder is not model) is chose_bfloat16
+    assert ({v.dtype for v in decoder.variables} >= {tf.bfloat16}) is chose_bfloat16
+
+
+@pytest.mark.parametrize("has_units", [True, False])
 def test_a_bfloat16_export_on_a_cpu_without_bfloat16_units_is_said_to_be_slow(
         bfloat16_export, monkeypatch, caplog, has_units):
     monkeypatch.setattr(devices, "cpu_has_bfloat16_units", lambda: has_units)

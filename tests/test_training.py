@@ -40,6 +40,25 @@ def test_decode_precision_resolution(precision, cpu_bfloat16, chosen):
     assert devices.resolve_decode_precision(precision, cpu_bfloat16)[0] == chosen
 
 
+@pytest.mark.parametrize("cpu_bfloat16, speedup, chosen, probed", [
+    (True, 1.4, "bfloat16", True), (True, 1.01, "float32", True),
+    (False, 1.4, "float32", False)])
+def test_auto_decode_precision_takes_bfloat16_only_where_a_probe_says_it_pays(
+        cpu_bfloat16, speedup, chosen, probed):
+    """As the training precision: bfloat16 units are not enough (a bfloat16 Xeon without AMX
+    trained 0.62x as fast with them), and without units no probe runs."""
+    calls: list[float] = []
+
+    def probe() -> float:
+        calls.append(speedup)
+        return speedup
+
+    precision, why = devices.resolve_decode_precision("auto", cpu_bfloat16, probe)
+    assert precision == chosen and bool(calls) is probed
+    assert (f"{speedup:.2f}x" in why) is probed
+    assert ("decode_precision=float32" in why) is (chosen == "bfloat16")
+
+
 def test_float16_on_a_cpu_is_allowed_with_a_reason():
     precision, reason = devices.resolve_precision("mixed_float16", 0, True)
     assert precision == "mixed_float16" and "emulated" in reason

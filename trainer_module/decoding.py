@@ -172,9 +172,10 @@ def _rows(structure: Any, keep: tf.Tensor) -> Any:
     return tf.nest.map_structure(lambda tensor: tf.gather(tensor, keep), structure)
 
 
-def _any_batch(structure: Any) -> Any:
+def any_batch(structure: Any) -> Any:
     """The shape invariants of batch-first loop state whose batch shrinks and whose inner
-    sizes may change (a decoder cache grows by a position a step): all but the last axis."""
+    sizes may change (a decoder cache grows by a position a step): all but the last axis
+    (decode_probe.py's loop names them too)."""
     return tf.nest.map_structure(lambda tensor: tf.TensorShape([None]).concatenate(
         [None] * (tensor.shape.rank - 2) + tensor.shape[1:][-1:]), structure)
 
@@ -220,7 +221,7 @@ def _greedy_loop(next_logits: NextLogits, state: Any, limits: tf.Tensor,
     step, _, _, tokens, scores, _ = tf.while_loop(
         cond, body, initial, shape_invariants=(
             tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None]),
-            initial[3].shape, initial[4].shape, _any_batch(state)))
+            initial[3].shape, initial[4].shape, any_batch(state)))
     return tokens[:, :step], scores
 
 
@@ -341,6 +342,6 @@ def beam_search_decode(model: Transformer, source_ids: tf.Tensor, max_length: tf
                tf.fill([batch_size, beam_width], _NEG_INF))
     step, *_, finished_tokens, finished_scores = tf.while_loop(
         cond, body, initial, shape_invariants=(
-            tf.TensorShape([]), *_any_batch(searching), _any_batch(cache),
+            tf.TensorShape([]), *any_batch(searching), any_batch(cache),
             empty.shape, initial[-1].shape))
     return finished_tokens[:, 0, :step], finished_scores[:, 0]

@@ -135,17 +135,29 @@ def resolve_precision(precision: str, gpus: int | None = None, cpu_bfloat16: boo
                        f"model only {speedup:.2f}x as fast with them")
 
 
-def resolve_decode_precision(precision: str, cpu_bfloat16: bool | None = None
+def resolve_decode_precision(precision: str, cpu_bfloat16: bool | None = None,
+                             bfloat16_speedup: Callable[[], float] | None = None
                              ) -> tuple[str, str]:
     """(float32 or bfloat16, why): the exported model's decoding weights. "auto" is bfloat16
-    where this CPU has bfloat16 units: the export is then meant to be served on such a CPU
-    (without the units bfloat16 is emulated, several times slower)."""
+    where this CPU has bfloat16 units and `bfloat16_speedup()` (a probe: float32 decoding
+    time over bfloat16's, decode_probe.py) says they pay, as resolve_precision decides for
+    training; without a probe, where the CPU has the units. The export is then meant to be
+    served on such a CPU (without the units bfloat16 is emulated, about twice as slow:
+    BENCHMARKS.md, "Decoding speed")."""
     if precision != "auto":
         return precision, "as configured"
-    if cpu_has_bfloat16_units() if cpu_bfloat16 is None else cpu_bfloat16:
-        return "bfloat16", ("auto: this CPU has bfloat16 units; for serving on a CPU without "
-                            "them, export with --hparam decode_precision=float32")
-    return "float32", "auto: this CPU has no bfloat16 units"
+    if not (cpu_has_bfloat16_units() if cpu_bfloat16 is None else cpu_bfloat16):
+        return "float32", "auto: this CPU has no bfloat16 units"
+    elsewhere = ("; to serve it on a CPU without them, export it with --hparam "
+                 "decode_precision=float32")
+    if bfloat16_speedup is None:
+        return "bfloat16", "auto: this CPU has bfloat16 units" + elsewhere
+    speedup = bfloat16_speedup()
+    if speedup >= MIN_BFLOAT16_SPEEDUP:
+        return "bfloat16", (f"auto: this CPU has bfloat16 units and a probe decoded with them "
+                            f"{speedup:.2f}x as fast" + elsewhere)
+    return "float32", (f"auto: this CPU has bfloat16 units, but a probe decoded with them "
+                       f"only {speedup:.2f}x as fast")
 
 
 def chief_value(strategy: tf.distribute.Strategy, value: float) -> float:
@@ -170,14 +182,11 @@ def _sum_over_replicas(strategy: tf.distribute.Strategy) -> Callable[[tf.Tensor]
 
 
 def fit_to_devices(hparams: HParams, gpus: int | None = None) -> HParams:
-    """XLA only where it pays (a GPU; default: those visible) and the export's decoding
-    precision resolved; the training precision is the plan's (trainer_module/budget.py)."""
+    """XLA only where it pays (a GPU; default: those visible); the training precision is the
+    plan's (trainer_module/budget.py), the export's decoding precision the export's to decide
+    (export.decoding_copy: its probe times the trained model)."""
     if gpus is None:
         gpus = len(tf.config.list_physical_devices("GPU"))
     if hparams.use_xla and not gpus:
         _LOG.info("No GPU: training without XLA (the profile enables it for GPUs).")
-    decode_precision, why = resolve_decode_precision(hparams.decode_precision)
-    if decode_precision != "float32":
-        _LOG.info("The exported model will decode with %s weights (%s).", decode_precision, why)
-    return dataclasses.replace(hparams, use_xla=hparams.use_xla and bool(gpus),
-                               decode_precision=decode_precision)
+    return dataclasses.replace(hparams, use_xla=hparams.use_xla and bool(gpus))

@@ -21,12 +21,13 @@ hparams.split_sentences). Signatures:
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Callable
 
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from trainer_module import decoding, devices, segmentation, serving_warmup
+from trainer_module import decode_probe, decoding, devices, segmentation, serving_warmup
 from trainer_module.hparams import HParams
 from trainer_module.model import Transformer
 from trainer_module.optimization import token_cross_entropy
@@ -35,6 +36,8 @@ from transform_module.preprocessing import (ENGLISH, LENGTH_BUCKET, RESERVED_TOK
                                             TARGET_VOCAB, detokenize)
 from transform_module.tokens import END_ID, PAD_ID, START_ID
 from transform_module.wordpiece import WORDPIECE_JOINER
+
+_LOG = logging.getLogger(__name__)
 
 SERVING_SIGNATURE, BEAM_SIGNATURE = "serving_default", "beam_search"
 EXAMPLES_SIGNATURE, TRANSFORM_SIGNATURE = "translate_examples", "transform_features"
@@ -417,9 +420,20 @@ def float32_copy(model: Transformer) -> Transformer:
 
 def decoding_copy(model: Transformer, precision: str) -> Transformer:
     """The model that decodes in the export: `model` itself for float32, else a copy with
-    bfloat16 weights (hparams.DECODE_PRECISIONS; "auto": devices.resolve_decode_precision)."""
-    precision, _ = devices.resolve_decode_precision(precision)
-    return model if precision == "float32" else _copy(model, "bfloat16")
+    bfloat16 weights (hparams.DECODE_PRECISIONS; "auto": devices.resolve_decode_precision, with
+    decode_probe's measure of this model on this CPU)."""
+    copies: list[Transformer] = []
+
+    def speedup() -> float:
+        copies.append(_copy(model, "bfloat16"))
+        return decode_probe.bfloat16_speedup(model, copies[0])
+
+    chosen, why = devices.resolve_decode_precision(precision, bfloat16_speedup=speedup)
+    if precision == "auto":
+        _LOG.info("The exported model decodes with %s weights (%s).", chosen, why)
+    if chosen == "float32":
+        return model
+    return copies[0] if copies else _copy(model, "bfloat16")
 
 
 def signatures(translator: Translator) -> dict[str, tf.types.experimental.GenericFunction]:

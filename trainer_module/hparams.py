@@ -20,11 +20,12 @@ TRAINING_PRECISIONS = PRECISIONS[:-1]  # what "auto" becomes
 # worse (BENCHMARKS.md, "Long sentences"), so no profile uses it.
 POSITIONS = ("absolute", "rotary")
 # The exported model's decoding weights (export.decoding_copy): float32, bfloat16 (half the
-# bytes a decoding step reads), or "auto": bfloat16 where the exporting CPU has bfloat16 units
+# bytes a decoding step reads, and the CPU's bfloat16 units), or "auto": bfloat16 where the
+# exporting CPU has bfloat16 units and a probe of the trained model decodes faster with them
 # (devices.resolve_decode_precision). The float32 weights stay in the export beside bfloat16
-# ones, for continued training. float32 is the default: on an AVX-512 bfloat16 EPYC, bfloat16
-# decoded no faster and scored a little lower (BENCHMARKS.md, "Decoding speed"); AMX is not
-# measured yet.
+# ones, for continued training. The `cpu` and `base` profiles say "auto": on the CPUs with
+# the units measured, bfloat16 decoded faster, and its translations scored within noise of
+# float32's (BENCHMARKS.md, "Decoding speed"). HParams' own default, float32, is the tests'.
 DECODE_PRECISIONS = ("float32", "bfloat16", "auto")
 
 
@@ -285,11 +286,12 @@ PROFILES: dict[str, HParams] = {
         warmup_steps=500, learning_rate_scale=1.0, cooldown_fraction=0.2, average_fraction=0.25,
         batch_tokens=2048, joined_pairs=0.5, max_pairs_joined=4, train_steps=0,
         train_minutes=30.0, adapt_recipe=True, checkpoint_every=500, precision="auto",
-        min_bleu=10.0),
+        decode_precision="auto", min_bleu=10.0),
     # The paper's base model on one GPU. Batches of 8k tokens instead of 25k: the data set is
     # ~100x smaller than WMT, and 10k steps is already ~60 epochs of it. The weights of the last
     # quarter averaged, as the GPU anchor's were (it gained there on unseen sentences).
-    "base": HParams(average_fraction=0.25, precision="auto", use_xla=True, min_bleu=25.0),
+    "base": HParams(average_fraction=0.25, precision="auto", decode_precision="auto",
+                    use_xla=True, min_bleu=25.0),
     # The seeds' recipe, kept to measure ours against (BENCHMARKS.md): 1+1 layers, d_model 256,
     # 8 heads, dff 2048, RMSprop, pairs padded to length 20 (run it with --vocab-size 15000).
     "seeds": HParams(
