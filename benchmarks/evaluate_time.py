@@ -77,27 +77,28 @@ def main() -> None:
     args = parser.parse_args()
     pushed = resolve_model_dir(os.path.join(args.pipeline_root, "serving", PIPELINE_NAME))
     variants = [(*checkout.split("=", 1), None)[:2] for checkout in args.checkout]
-    seconds: dict[str, list[float]] = {}
-    outputs: dict[str, dict] = {}
+    # By checkout and export: one checkout may run two exports.
+    seconds: dict[tuple[str, str | None], list[float]] = {}
+    outputs: dict[tuple[str, str | None], dict] = {}
     for _ in range(args.rounds):  # alternating: every checkout once per round
-        for checkout, export in variants:
-            with exported_as_pushed(pushed, export):
-                took, outputs[checkout] = evaluate_seconds(
-                    checkout, args.pipeline_root, args.source, args.reference)
-            seconds.setdefault(checkout, []).append(round(took, 1))
+        for variant in variants:
+            with exported_as_pushed(pushed, variant[1]):
+                took, outputs[variant] = evaluate_seconds(
+                    variant[0], args.pipeline_root, args.source, args.reference)
+            seconds.setdefault(variant, []).append(round(took, 1))
     results.emit(args.output, "`nmt evaluate` as a user runs it after `nmt run` (the newest "
                  "pushed model, the training-overlap check), wall seconds per checkout in "
                  "alternating rounds", {
                      "pipeline_root": args.pipeline_root, "source": args.source,
                      "rounds": args.rounds,
                      "checkouts": {
-                         # a checkout's commit, with its export: one commit may run two
                          " ".join((results.commit(checkout), *([export] if export else []))): {
-                             "export": export, "seconds": seconds[checkout],
-                             "sentences_per_second": outputs[checkout]["sentences_per_second"],
-                             "bleu": outputs[checkout]["scores"]["all"]["bleu"],
-                             "chrf": outputs[checkout]["scores"]["all"]["chrf"],
-                             "overlap": outputs[checkout]["overlap"]}
+                             "export": export, "seconds": seconds[checkout, export],
+                             "sentences_per_second":
+                                 outputs[checkout, export]["sentences_per_second"],
+                             "bleu": outputs[checkout, export]["scores"]["all"]["bleu"],
+                             "chrf": outputs[checkout, export]["scores"]["all"]["chrf"],
+                             "overlap": outputs[checkout, export]["overlap"]}
                          for checkout, export in variants}})
 
 

@@ -322,6 +322,13 @@ BF16_XEON_EVALUATE = "evaluate_time_xeon_bf16.json"
 AMX_SIDE_BY_SIDE = "translate_speed_side_by_side_amx.json"
 AMX_EVALUATOR_GRAPPLER = "evaluator_time_grappler_amx.json"
 AMX_EVALUATE = "evaluate_time_amx.json"  # f223834, today float32, today bfloat16
+# An AMD EPYC with AVX-512 bfloat16 instructions, one sitting, from a `make run`'s weights
+# there, once decode_precision "auto" became the default: f223834's export, today's float32
+# one and today's default one (its probe chose bfloat16 there), side by side as `nmt translate`
+# sets its process up; the Evaluator and `nmt evaluate` with each checkout's code and export.
+EPYC_AUTO_SIDE_BY_SIDE = "translate_speed_side_by_side_epyc_bf16_auto.json"
+EPYC_AUTO_EVALUATOR = "evaluator_time_auto_epyc_bf16.json"
+EPYC_AUTO_EVALUATE = "evaluate_time_auto_epyc_bf16.json"
 # Dev-set BLEU of today's export decoding in bfloat16 against float32, paired bootstrap.
 DECODE_PRECISION_BLEU = "decode_precision_paired_epyc_bf16.json"
 # The Evaluator: f223834's code and export, 90671de's code (the merged batches) with
@@ -674,6 +681,19 @@ TABLES = (
                 "rounds / medians", AMX_EVALUATE, lambda r: _evaluate_over_before(r, 1)),
         _figure("the same over today's bfloat16", AMX_EVALUATE,
                 lambda r: _evaluate_over_before(r, 2)),
+        _figure("the Evaluator in `make run`'s setting on an AVX-512 bfloat16 EPYC, today's "
+                "default decoding precision (auto: bfloat16 there), s, before / today float32 / "
+                "today's default (best of 2 rounds)", EPYC_AUTO_EVALUATOR,
+                lambda r: _per_model(r, "models")),
+        _figure("the same, today's time over before's (the issue #67 goal: at most 0.5), float32 "
+                "/ today's default", EPYC_AUTO_EVALUATOR, _over_first_model),
+        _figure("`nmt evaluate` as a user runs it after `nmt run` there, s, f223834 with its "
+                "own export / today float32 / today's default (best of 3 rounds)",
+                EPYC_AUTO_EVALUATE, lambda r: _per_model(r, "checkouts")),
+        _figure("the same, f223834's time over today's default (the issue #67 goal: 3×), best "
+                "rounds / medians", EPYC_AUTO_EVALUATE, lambda r: _evaluate_over_before(r, 2)),
+        _figure("dev BLEU (chrF) by `nmt evaluate` there, greedy, before / today float32 / today's "
+                "default", EPYC_AUTO_SIDE_BY_SIDE, _bleu_chrf),
         _figure("`nmt evaluate` as a user runs it after `nmt run` (the newest pushed model, the "
                 "training-overlap check), s, f223834 with its own export / 61daa94 / 56fb44c "
                 "(the overlap check's reader) / ba936f1 (Keras 2 from the start) / today (each "
@@ -785,18 +805,20 @@ TABLES = (
               lambda r: f"{r['item']['bfloat16'] / r['item']['before']:.2f}×",
               "{item[differ]}", "{item[sentences]:,}"),
                items=lambda r: _export_rows(r, ("before", "float32", "bfloat16"))),)),
-    Table("decoding-amx-side-by-side", (
+    *(Table(name, (
         "variant", "before (f223834), side by side, sentences/s", "today float32",
         "today bfloat16", "float32 over before", "bfloat16 over before",
         "outputs that differ from before's, float32 / bfloat16",
         "first request, s, before / float32 / bfloat16", "lines"),
-          (Row(AMX_SIDE_BY_SIDE, (
+          (Row(source, (
               "{item[variant]}", "{item[before]:.1f}", "{item[float32]:.1f}",
               "{item[bfloat16]:.1f}",
               lambda r: f"{r['item']['float32'] / r['item']['before']:.2f}×",
               lambda r: f"{r['item']['bfloat16'] / r['item']['before']:.2f}×",
               "{item[differ]}", "{item[first]}", "{item[sentences]:,}"),
-               items=_three_exports_rows),)),
+               items=_three_exports_rows),))
+      for name, source in (("decoding-amx-side-by-side", AMX_SIDE_BY_SIDE),
+                           ("decoding-epyc-auto", EPYC_AUTO_SIDE_BY_SIDE))),
     Table("decoding-side-by-side", (
         "variant", "before (f223834), sentences/s", "today float32", "today bfloat16",
         "today float32 over before", "today float32 over one request at a time", "lines"),

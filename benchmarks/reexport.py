@@ -43,8 +43,8 @@ def main() -> None:
         raise SystemExit(f"{args.model}'s weights do not fit the {args.profile} profile with "
                          f"{args.hparam}: give the recipe it was trained with")
     model.set_weights([v.numpy() for v in trained])
-    export.export_translator(model, output, hparams, args.out)
-    print(f"Exported {args.model}'s weights to {args.out}.")
+    precision = export.export_translator(model, output, hparams, args.out)
+    print(f"Exported {args.model}'s weights to {args.out}, decoding with {precision} weights.")
 
 
 if __name__ == "__main__":

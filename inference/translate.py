@@ -175,14 +175,14 @@ def translate(sentences: Iterable[str | None], model_dir: str, beam: int | None 
 
 def _warn_if_emulated(model) -> None:
     """Warns once when the model decodes with bfloat16 weights (export.decoding_copy) on a CPU
-    without bfloat16 units, which emulates them several times slower."""
+    without bfloat16 units, which emulates them: slower than float32 weights would decode."""
     from trainer_module import devices
 
     weights = getattr(model, "decoding_variables", ())
     if any(v.dtype.name == "bfloat16" for v in weights) and not devices.cpu_has_bfloat16_units():
         _LOG.warning("This model decodes with bfloat16 weights, and this CPU has no bfloat16 "
-                     "units: it emulates them, several times slower. Export it with --hparam "
-                     "decode_precision=float32 to serve it here.")
+                     "units: it emulates them, slower than float32 weights would decode. "
+                     "Export it with --hparam decode_precision=float32 to serve it here.")
 
 
 def _warn(lines: list[tuple[int, int, int]], one: str, many: str, most: int = 3) -> None:

@@ -46,8 +46,9 @@ def add_training_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         "--precision", choices=hparams_lib.PRECISIONS, default=None,
         help="training precision (default: the profile's); auto: mixed_float16 on GPUs, "
              "mixed_bfloat16 on CPUs with AMX/AVX512-BF16 where a short probe finds it "
-             "faster, else float32. The export keeps float32 weights whatever trained it "
-             "(bfloat16 copies for decoding: --hparam decode_precision=bfloat16)")
+             "faster, else float32. The export keeps float32 weights whatever trained it, "
+             "and decodes with bfloat16 copies where this CPU's units decode faster "
+             "(--hparam decode_precision=float32 for serving on a CPU without them)")
     parser.add_argument(
         "--min-bleu", type=float, default=None,
         help="bless only models with at least this BLEU (default per profile: "

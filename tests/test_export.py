@@ -241,8 +241,8 @@ def bfloat16_export(exported_translator, tmp_path_factory) -> str:
     """The fixture's model exported with decode_precision=bfloat16."""
     model, output, hparams, *_ = exported_translator
     export_dir = str(tmp_path_factory.mktemp("bfloat16"))
-    export.export_translator(model, output, dataclasses.replace(
-        hparams, decode_precision="bfloat16"), export_dir)
+    assert export.export_translator(model, output, dataclasses.replace(
+        hparams, decode_precision="bfloat16"), export_dir) == "bfloat16"
     return export_dir
 
 

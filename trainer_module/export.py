@@ -93,6 +93,7 @@ class Translator(tf.Module):
         super().__init__()
         decoder = decoding_copy(model, hparams.decode_precision)
         self._model = lambda: decoder  # a function attribute is not tracked
+        self.decode_precision = "float32" if decoder is model else "bfloat16"
         # The trained float32 weights (continued training, benchmarks/reexport.py read them),
         # and the served model's own where it has its own (bfloat16).
         self.model_variables = list(model.variables)
@@ -446,9 +447,11 @@ def signatures(translator: Translator) -> dict[str, tf.types.experimental.Generi
 
 
 def export_translator(model: Transformer, tf_transform_output: tft.TFTransformOutput,
-                      hparams: HParams, export_dir: str) -> None:
+                      hparams: HParams, export_dir: str) -> str:
     """The SavedModel of `model` (float32: float32_copy) in export_dir, with TF Serving's
-    warm-up requests for the signatures a client calls."""
+    warm-up requests for the signatures a client calls; returns the precision it decodes
+    with (hparams.decode_precision, "auto" resolved)."""
     translator = Translator(model, tf_transform_output, hparams)
     tf.saved_model.save(translator, export_dir, signatures=signatures(translator))
     serving_warmup.write_warmup_requests(export_dir, (SERVING_SIGNATURE, BEAM_SIGNATURE))
+    return translator.decode_precision

@@ -272,8 +272,9 @@ def run_fn(fn_args: FnArgs) -> None:
     if averaged_steps:
         _LOG.info("Exporting the average of the weights over the last %d training steps.",
                   averaged_steps)
-    export.export_translator(export.float32_copy(model), tf_transform_output, hparams,
-                             fn_args.serving_model_dir)
+    # The record says what the export decodes with ("auto" resolved).
+    hparams = dataclasses.replace(hparams, decode_precision=export.export_translator(
+        export.float32_copy(model), tf_transform_output, hparams, fn_args.serving_model_dir))
     state_step = callbacks.saved_state_step(state_dir)
     if state_step:  # shipped with the export, for a warm start from it
         io_utils.copy_dir(state_dir, os.path.join(fn_args.serving_model_dir, TRAINING_STATE))
