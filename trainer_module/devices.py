@@ -135,23 +135,20 @@ def resolve_precision(precision: str, gpus: int | None = None, cpu_bfloat16: boo
                        f"model only {speedup:.2f}x as fast with them")
 
 
-def resolve_decode_precision(precision: str, cpu_bfloat16: bool | None = None,
-                             bfloat16_speedup: Callable[[], float] | None = None
-                             ) -> tuple[str, str]:
+def resolve_decode_precision(precision: str, bfloat16_speedup: Callable[[], float],
+                             cpu_bfloat16: bool | None = None) -> tuple[str, str]:
     """(float32 or bfloat16, why): the exported model's decoding weights. "auto" is bfloat16
     where this CPU has bfloat16 units and `bfloat16_speedup()` (a probe: float32 decoding
-    time over bfloat16's, decode_probe.py) says they pay, as resolve_precision decides for
-    training; without a probe, where the CPU has the units. The export is then meant to be
-    served on such a CPU (without the units bfloat16 is emulated, about twice as slow:
-    BENCHMARKS.md, "Decoding speed")."""
+    time over bfloat16's, decode_probe.py; called only then) says they pay, as
+    resolve_precision decides for training. The export is then meant to be served on such a
+    CPU (without the units bfloat16 is emulated, about twice as slow: BENCHMARKS.md,
+    "Decoding speed")."""
     if precision != "auto":
         return precision, "as configured"
     if not (cpu_has_bfloat16_units() if cpu_bfloat16 is None else cpu_bfloat16):
         return "float32", "auto: this CPU has no bfloat16 units"
     elsewhere = ("; to serve it on a CPU without them, export it with --hparam "
                  "decode_precision=float32")
-    if bfloat16_speedup is None:
-        return "bfloat16", "auto: this CPU has bfloat16 units" + elsewhere
     speedup = bfloat16_speedup()
     if speedup >= MIN_BFLOAT16_SPEEDUP:
         return "bfloat16", (f"auto: this CPU has bfloat16 units and a probe decoded with them "
